@@ -1,0 +1,103 @@
+// The CPU reference attention: BLASST skip-softmax over KV tiles, in float64 arithmetic.
+//
+// It is the oracle for the GPU kernels and the engine of CPU calibration, so it emulates the
+// kernels' tiling exactly: the vote is taken per query tile (prefill: tile_q rows of one query
+// head; decode: all query heads of one GQA group) and KV tile, in the visit order of TileShape.
+//
+// The vote for a KV tile: m_new = max(m_run, rowmax(S_tile)); the tile is skipped when
+// rowmax(S_tile) - m_new < ln(lambda) holds for every row (a row fully masked inside the tile
+// votes skip). A skipped tile adds nothing to the row sums or the output. With lambda = 0 no tile
+// is skipped and the result is bit-identical to the dense path.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "skipsoftmax/threshold.h"
+#include "skipsoftmax/tiling.h"
+
+namespace skipsoftmax {
+
+struct SequenceStats {
+  std::int64_t q_len = 0;
+  std::int64_t kv_len = 0;  // L used for the lambda lookup
+  double lambda = 0.0;
+  std::int64_t tiles_total = 0;    // (query tile or GQA group, KV tile) pairs visited
+  std::int64_t tiles_skipped = 0;
+  // Share of softmax mass in skipped tiles: per row, sum over skipped tiles of exp(x - x_max)
+  // over the same sum over all visited tiles (x_max the row's true maximum), averaged over rows.
+  double mass_share = 0.0;
+  double mass_share_max = 0.0;  // the largest per-row share
+  std::int64_t nan_rows = 0;    // output rows (token, query head) holding NaN
+
+  double sparsity() const {
+    return tiles_total ? static_cast<double>(tiles_skipped) / static_cast<double>(tiles_total)
+                       : 0.0;
+  }
+};
+
+struct AttentionStats {
+  std::vector<SequenceStats> sequences;
+  std::int64_t tiles_total = 0;
+  std::int64_t tiles_skipped = 0;
+  double mass_share = 0.0;  // row-weighted mean over sequences
+  std::int64_t nan_rows = 0;
+
+  double sparsity() const {
+    return tiles_total ? static_cast<double>(tiles_skipped) / static_cast<double>(tiles_total)
+                       : 0.0;
+  }
+};
+
+struct PrefillProblem {
+  // Inputs widened to float (fp16 and bf16 widen exactly).
+  const float* q = nullptr;  // [total_q, num_heads_q, head_dim]
+  const float* k = nullptr;  // [total_k, num_heads_kv, head_dim]
+  const float* v = nullptr;  // [total_k, num_heads_kv, head_dim]
+  int num_heads_q = 0;
+  int num_heads_kv = 0;  // num_heads_q % num_heads_kv == 0 (GQA, MQA)
+  int head_dim = 0;
+  std::vector<std::int64_t> cu_seqlens_q;  // [batch + 1], starts at 0
+  std::vector<std::int64_t> cu_seqlens_k;  // [batch + 1]; kv_len >= q_len per sequence if causal
+  bool causal = false;                     // bottom-right aligned
+  std::optional<double> softmax_scale;     // default 1 / sqrt(head_dim)
+};
+
+struct PagedKvCache {
+  const float* k_pages = nullptr;  // [num_pages, page_size, num_heads_kv, head_dim]
+  const float* v_pages = nullptr;  // [num_pages, page_size, num_heads_kv, head_dim]
+  std::int64_t num_pages = 0;
+  int page_size = 0;
+  std::vector<std::int32_t> page_table;  // [batch, max_pages_per_seq], row-major
+  int max_pages_per_seq = 0;
+  std::vector<std::int64_t> seq_lens;  // [batch] cached tokens per sequence
+};
+
+struct DecodeProblem {
+  const float* q = nullptr;  // [batch, num_heads_q, head_dim]: one new token per sequence
+  PagedKvCache kv;
+  int num_heads_q = 0;
+  int num_heads_kv = 0;
+  int head_dim = 0;
+  std::optional<double> softmax_scale;
+};
+
+struct ReferenceOptions {
+  Threshold threshold;  // dense, per-length table or flat lambda
+  TileShape tiles;      // tile_q is unused by decode
+  int num_splits = 1;   // decode only: split-KV parts, each with its own running maximum
+  bool collect_mass = true;  // the mass share costs exponentials of the skipped tiles
+  int num_threads = 0;       // 0: all hardware threads
+};
+
+// Checks shapes and arguments; throws std::invalid_argument naming the problem.
+void validate(const PrefillProblem& p);
+void validate(const DecodeProblem& p);
+
+// out: [total_q, num_heads_q, head_dim]. Throws std::invalid_argument on a bad problem.
+AttentionStats reference_prefill(const PrefillProblem& p, const ReferenceOptions& opt, double* out);
+// out: [batch, num_heads_q, head_dim].
+AttentionStats reference_decode(const DecodeProblem& p, const ReferenceOptions& opt, double* out);
+
+}  // namespace skipsoftmax

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the build and test dependencies from Debian's packages (pinned to bookworm's versions).
+# Idempotent: packages already present are left alone.
+set -euo pipefail
+
+packages=(
+  cmake                  # >= 3.25
+  ninja-build
+  g++
+  nlohmann-json3-dev     # 3.11.2
+  libcli11-dev           # 2.1.2
+  libgtest-dev           # 1.12.1
+  libgmock-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

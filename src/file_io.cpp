@@ -1,0 +1,67 @@
+#include "file_io.h"
+
+#include <atomic>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <system_error>
+
+#include <unistd.h>
+
+namespace skipsoftmax {
+
+namespace fs = std::filesystem;
+
+std::string read_text_file(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw std::runtime_error(path.string() + ": no such file");
+  if (fs::is_directory(path, ec)) throw std::runtime_error(path.string() + ": is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path.string() + ": cannot open for reading");
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) throw std::runtime_error(path.string() + ": read error");
+  return buf.str();
+}
+
+nlohmann::json read_json_file(const fs::path& path) {
+  const std::string text = read_text_file(path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    std::ostringstream msg;
+    msg << path.string() << ": malformed JSON at byte " << e.byte << " (" << text.size()
+        << " bytes in the file)";
+    throw std::runtime_error(msg.str());
+  }
+}
+
+void write_file_atomic(const fs::path& path, const std::function<void(std::ostream&)>& write) {
+  static std::atomic<unsigned> counter{0};
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw std::runtime_error(path.string() + ": directory " + dir.string() + " does not exist");
+  }
+  const fs::path tmp = dir / ("." + path.filename().string() + ".tmp." + std::to_string(getpid()) +
+                              "." + std::to_string(counter++));
+  try {
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      if (!out) throw std::runtime_error(path.string() + ": cannot open for writing");
+      write(out);
+      out.flush();
+      if (!out) throw std::runtime_error(path.string() + ": write error");
+    }
+    fs::rename(tmp, path);
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
+  }
+}
+
+void write_json_file(const fs::path& path, const nlohmann::json& value) {
+  write_file_atomic(path, [&](std::ostream& out) { out << value.dump(2) << '\n'; });
+}
+
+}  // namespace skipsoftmax

@@ -1,0 +1,129 @@
+#include "skipsoftmax/threshold.h"
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+namespace skipsoftmax {
+
+ScaleTable::ScaleTable(std::vector<ScaleTableRow> rows) : rows_(std::move(rows)) {
+  for (std::size_t i = 0; i < rows_.size(); ++i) {
+    const ScaleTableRow& r = rows_[i];
+    std::ostringstream where;
+    where << "scale table row " << i << " [" << r.seqlen_bin << ", " << r.scale << "]: ";
+    if (r.seqlen_bin <= 0) {
+      throw std::invalid_argument(where.str() + "seqlen_bin must be a positive integer");
+    }
+    if (!std::isfinite(r.scale) || r.scale <= 0.0) {
+      throw std::invalid_argument(where.str() + "S must be finite and > 0");
+    }
+    if (i > 0 && r.seqlen_bin <= rows_[i - 1].seqlen_bin) {
+      throw std::invalid_argument(where.str() + "bins must be strictly increasing (previous bin " +
+                                  std::to_string(rows_[i - 1].seqlen_bin) + ")");
+    }
+  }
+}
+
+double ScaleTable::lambda_for(std::int64_t kv_len) const {
+  if (rows_.empty() || kv_len < rows_.front().seqlen_bin) return 0.0;
+  // Last row whose bin is <= kv_len; tables are a few dozen rows, a linear scan is the clearest.
+  double s = rows_.front().scale;
+  for (const ScaleTableRow& r : rows_) {
+    if (r.seqlen_bin > kv_len) break;
+    s = r.scale;
+  }
+  const double l = static_cast<double>(kv_len);
+  if (s >= l) return 0.0;
+  return s / l;
+}
+
+std::int64_t ScaleTable::first_skippable_length() const {
+  // Row i serves L in [bin_i, bin_{i+1}); inside it lambda > 0 iff L > S_i, so the first such
+  // integer is max(bin_i, floor(S_i) + 1).
+  for (std::size_t i = 0; i < rows_.size(); ++i) {
+    const double floor_s = std::floor(rows_[i].scale);
+    if (floor_s >= static_cast<double>(kNeverSkippable - 1)) continue;
+    const std::int64_t above_s = static_cast<std::int64_t>(floor_s) + 1;
+    const std::int64_t candidate = std::max(rows_[i].seqlen_bin, above_s);
+    const bool last = i + 1 == rows_.size();
+    if (last || candidate < rows_[i + 1].seqlen_bin) return candidate;
+  }
+  return kNeverSkippable;
+}
+
+Threshold Threshold::table(ScaleTable t) {
+  Threshold th;
+  if (t.empty()) return th;
+  th.kind_ = Kind::kTable;
+  th.table_ = std::move(t);
+  return th;
+}
+
+Threshold Threshold::flat(double lambda) {
+  if (!std::isfinite(lambda) || lambda < 0.0 || lambda >= 1.0) {
+    std::ostringstream msg;
+    msg << "threshold lambda=" << lambda << " is outside [0, 1)";
+    throw std::invalid_argument(msg.str());
+  }
+  Threshold th;
+  if (lambda == 0.0) return th;
+  th.kind_ = Kind::kFlat;
+  th.flat_lambda_ = lambda;
+  return th;
+}
+
+double Threshold::lambda_for(std::int64_t kv_len) const {
+  switch (kind_) {
+    case Kind::kDense:
+      return 0.0;
+    case Kind::kTable:
+      return table_.lambda_for(kv_len);
+    case Kind::kFlat:
+      return kv_len > 0 ? flat_lambda_ : 0.0;
+  }
+  return 0.0;
+}
+
+std::int64_t Threshold::first_skippable_length() const {
+  switch (kind_) {
+    case Kind::kDense:
+      return kNeverSkippable;
+    case Kind::kTable:
+      return table_.first_skippable_length();
+    case Kind::kFlat:
+      return 1;
+  }
+  return kNeverSkippable;
+}
+
+std::string Threshold::describe() const {
+  std::ostringstream out;
+  switch (kind_) {
+    case Kind::kDense:
+      out << "dense";
+      break;
+    case Kind::kFlat:
+      out << "flat lambda=" << flat_lambda_;
+      break;
+    case Kind::kTable:
+      out << "table of " << table_.rows().size() << " rows, first skippable length "
+          << table_.first_skippable_length();
+      break;
+  }
+  return out.str();
+}
+
+KernelChoice choose_prefill_kernel(const Threshold& threshold, std::int64_t max_kv_len,
+                                   bool has_kv_history) {
+  const std::int64_t first = threshold.first_skippable_length();
+  if (first == kNeverSkippable) return KernelChoice::kDense;
+  if (has_kv_history) return KernelChoice::kSkip;
+  return max_kv_len < first ? KernelChoice::kDense : KernelChoice::kSkip;
+}
+
+const char* to_string(KernelChoice choice) {
+  return choice == KernelChoice::kDense ? "dense" : "skip";
+}
+
+}  // namespace skipsoftmax
