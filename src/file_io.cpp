@@ -43,8 +43,10 @@ void write_file_atomic(const fs::path& path, const std::function<void(std::ostre
   if (!fs::is_directory(dir, ec)) {
     throw std::runtime_error(path.string() + ": directory " + dir.string() + " does not exist");
   }
-  const fs::path tmp = dir / ("." + path.filename().string() + ".tmp." + std::to_string(getpid()) +
-                              "." + std::to_string(counter++));
+  std::string name = ".";
+  name += path.filename().string();
+  name += ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
+  const fs::path tmp = dir / name;
   try {
     {
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
