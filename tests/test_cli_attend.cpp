@@ -1,0 +1,431 @@
+// `skipsoftmax attend` end to end: the built tool on .npy files, against direct reference calls.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "file_io.h"
+#include "npy.h"
+#include "skipsoftmax/reference.h"
+#include "synthetic.h"
+
+namespace skipsoftmax {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kHq = 4, kHkv = 2, kDim = 32;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Flags of one attend run; set() replaces a flag already there.
+class Args {
+ public:
+  Args& set(const std::string& flag, const std::string& value = "") {
+    erase(flag);
+    flags_.emplace_back(flag, value);
+    return *this;
+  }
+  Args& erase(const std::string& flag) {
+    std::erase_if(flags_, [&](const auto& f) { return f.first == flag; });
+    return *this;
+  }
+  std::string str() const {
+    std::string out;
+    for (const auto& [flag, value] : flags_) {
+      out += " " + flag + (value.empty() ? "" : " '" + value + "'");
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> flags_;
+};
+
+// Queries of a chunk are the last q_len positions of their sequence (bottom-right causal).
+struct Batch {
+  std::vector<float> q, k, v;  // [total, heads, kDim]
+  std::vector<std::int64_t> cu_q = {0}, cu_k = {0};
+};
+
+Batch make_batch(const std::vector<std::int64_t>& q_lens,
+                 const std::vector<std::int64_t>& kv_lens) {
+  Batch b;
+  for (std::size_t i = 0; i < q_lens.size(); ++i) {
+    SyntheticSpec spec{kv_lens[i], kHq, kHkv, kDim};
+    spec.seed = 11 + i;
+    const SyntheticQkv s = make_structured_qkv(spec);
+    const auto q_values = static_cast<std::ptrdiff_t>(q_lens[i] * kHq * kDim);
+    b.q.insert(b.q.end(), s.q.end() - q_values, s.q.end());
+    b.k.insert(b.k.end(), s.k.begin(), s.k.end());
+    b.v.insert(b.v.end(), s.v.begin(), s.v.end());
+    b.cu_q.push_back(b.cu_q.back() + q_lens[i]);
+    b.cu_k.push_back(b.cu_k.back() + kv_lens[i]);
+  }
+  return b;
+}
+
+std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+PrefillProblem problem_of(const Batch& b, bool causal) {
+  PrefillProblem p;
+  p.q = b.q.data();
+  p.k = b.k.data();
+  p.v = b.v.data();
+  p.num_heads_q = kHq;
+  p.num_heads_kv = kHkv;
+  p.head_dim = kDim;
+  p.cu_seqlens_q = b.cu_q;
+  p.cu_seqlens_k = b.cu_k;
+  p.causal = causal;
+  return p;
+}
+
+// Helpers are public: the bad-input cases call them through a CliAttendTest&.
+class CliAttendTest : public ::testing::Test {
+ public:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "skipsoftmax_attend_XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  std::string write_floats(const std::string& name, NpyDtype dtype, std::vector<std::int64_t> shape,
+                           const std::vector<float>& values) const {
+    write_npy_atomic(path(name), make_npy_float(dtype, std::move(shape), widen(values)));
+    return path(name);
+  }
+  std::string write_ints(const std::string& name, NpyDtype dtype,
+                         const std::vector<std::int64_t>& values) const {
+    const auto n = static_cast<std::int64_t>(values.size());
+    write_npy_atomic(path(name), make_npy_int(dtype, {n}, values));
+    return path(name);
+  }
+
+  // Writes q.npy, k.npy, v.npy ([total, heads, kDim]) and, for more than one sequence,
+  // cu_q.npy and cu_k.npy; returns the flags naming them.
+  Args write_batch(const Batch& b, NpyDtype dtype = NpyDtype::kF32) const {
+    const auto rows = [](const std::vector<float>& x, int heads) {
+      return static_cast<std::int64_t>(x.size()) / (heads * kDim);
+    };
+    Args args;
+    args.set("--q", write_floats("q.npy", dtype, {rows(b.q, kHq), kHq, kDim}, b.q));
+    args.set("--k", write_floats("k.npy", dtype, {rows(b.k, kHkv), kHkv, kDim}, b.k));
+    args.set("--v", write_floats("v.npy", dtype, {rows(b.v, kHkv), kHkv, kDim}, b.v));
+    if (b.cu_q.size() > 2) {
+      args.set("--cu-seqlens-q", write_ints("cu_q.npy", NpyDtype::kI32, b.cu_q));
+      args.set("--cu-seqlens-k", write_ints("cu_k.npy", NpyDtype::kI64, b.cu_k));
+    }
+    return args.set("--out", path("O.npy"));
+  }
+
+  static RunResult run(const Args& args) {
+    const std::string command = std::string(SKIPSOFTMAX_TOOL) + " attend" + args.str() + " 2>&1";
+    FILE* pipe = popen(command.c_str(), "r");
+    if (!pipe) return {};
+    RunResult r;
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) r.output.append(buf, n);
+    const int status = pclose(pipe);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+  }
+
+  // Runs the tool and expects success; returns the output array read back.
+  NpyArray run_ok(const Args& args) const {
+    const RunResult r = run(args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return read_npy(path("O.npy"));
+  }
+
+  fs::path dir_;
+};
+
+std::vector<double> reference_output(const PrefillProblem& p, const ReferenceOptions& opt,
+                                     AttentionStats* stats = nullptr) {
+  std::vector<double> out(static_cast<std::size_t>(p.cu_seqlens_q.back()) * kHq * kDim);
+  const AttentionStats st = reference_prefill(p, opt, out.data());
+  if (stats) *stats = st;
+  return out;
+}
+
+std::vector<float> narrow(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+TEST_F(CliAttendTest, RaggedCausalRunMatchesTheReference) {
+  const Batch b = make_batch({100, 77, 1}, {300, 77, 13});
+  Args args = write_batch(b);
+  args.set("--causal").set("--threshold", "0.05").set("--tile-q", "32").set("--tile-k", "64");
+  args.set("--kv-order", "sink-reverse").set("--threads", "3").set("--stats", path("S.json"));
+  const RunResult r = run(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("3 sequences"), std::string::npos) << r.output;
+
+  ReferenceOptions opt;
+  opt.threshold = Threshold::flat(0.05);
+  opt.tiles = {32, 64, KvOrder::kSinkThenReverse};
+  AttentionStats expected;
+  const std::vector<double> ref = reference_output(problem_of(b, true), opt, &expected);
+  const NpyArray out = read_npy(path("O.npy"));
+  EXPECT_EQ(out.dtype, NpyDtype::kF32);
+  EXPECT_EQ(out.shape, (std::vector<std::int64_t>{178, kHq, kDim}));
+  EXPECT_EQ(to_float_vector(out, "O.npy"), narrow(ref));
+
+  const nlohmann::json stats = read_json_file(path("S.json"));
+  EXPECT_EQ(stats["backend"], "cpu");
+  EXPECT_EQ(stats["tile_q"], 32);
+  EXPECT_EQ(stats["tile_k"], 64);
+  EXPECT_EQ(stats["kv_order"], "sink-reverse");
+  EXPECT_EQ(stats["threshold"], opt.threshold.describe());
+  EXPECT_EQ(stats["tiles_total"], expected.tiles_total);
+  EXPECT_EQ(stats["tiles_skipped"], expected.tiles_skipped);
+  EXPECT_GT(expected.tiles_skipped, 0);  // the run exercises skipping
+  EXPECT_DOUBLE_EQ(stats["sparsity"].get<double>(), expected.sparsity());
+  EXPECT_DOUBLE_EQ(stats["mass_share"].get<double>(), expected.mass_share);
+  EXPECT_EQ(stats["nan_rows"], 0);
+  ASSERT_EQ(stats["sequences"].size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const nlohmann::json& s = stats["sequences"][i];
+    const SequenceStats& e = expected.sequences[i];
+    EXPECT_EQ(s["q_len"], e.q_len);
+    EXPECT_EQ(s["kv_len"], e.kv_len);
+    EXPECT_EQ(s["lambda"], e.lambda);
+    EXPECT_EQ(s["tiles_total"], e.tiles_total);
+    EXPECT_EQ(s["tiles_skipped"], e.tiles_skipped);
+    EXPECT_DOUBLE_EQ(s["sparsity"].get<double>(), e.sparsity());
+    EXPECT_DOUBLE_EQ(s["mass_share"].get<double>(), e.mass_share);
+    EXPECT_DOUBLE_EQ(s["mass_share_max"].get<double>(), e.mass_share_max);
+    EXPECT_EQ(s["nan_rows"], e.nan_rows);
+  }
+}
+
+TEST_F(CliAttendTest, Fp16InputsGiveFp16OutputUnlessAskedOtherwise) {
+  Batch b = make_batch({64}, {64});
+  for (std::vector<float>* x : {&b.q, &b.k, &b.v}) {
+    for (float& f : *x) f = half_to_float(float_to_half(f));  // what the .npy files will hold
+  }
+  Args args = write_batch(b, NpyDtype::kF16);
+  args.set("--causal");
+  const std::vector<double> ref = reference_output(problem_of(b, true), {});
+
+  const NpyArray half = run_ok(args);
+  EXPECT_EQ(half.dtype, NpyDtype::kF16);
+  EXPECT_EQ(half.data, make_npy_float(NpyDtype::kF16, half.shape, ref).data);
+
+  const NpyArray wide = run_ok(args.set("--out-dtype", "f64"));
+  EXPECT_EQ(wide.dtype, NpyDtype::kF64);
+  EXPECT_EQ(wide.data, make_npy_float(NpyDtype::kF64, wide.shape, ref).data);
+}
+
+TEST_F(CliAttendTest, LambdaZeroIsDenseBitForBit) {
+  Args args = write_batch(make_batch({200, 50}, {200, 120}));
+  args.set("--causal").set("--tile-q", "16").set("--tile-k", "32").set("--stats", path("S.json"));
+  const NpyArray dense = run_ok(args);
+  const NpyArray zero = run_ok(args.set("--threshold", "0"));
+  EXPECT_EQ(zero.data, dense.data);
+  EXPECT_EQ(read_json_file(path("S.json"))["tiles_skipped"], 0);
+}
+
+TEST_F(CliAttendTest, ScaleTableGivesEachSequenceItsLambda) {
+  Args args = write_batch(make_batch({300, 100}, {300, 100}));
+  write_json_file(path("T.json"), nlohmann::json::parse("[[64, 12.0]]"));
+  args.set("--scale-table", path("T.json")).set("--stats", path("S.json")).set("--causal");
+  args.set("--tile-q", "16").set("--tile-k", "32");
+  run_ok(args);
+  const nlohmann::json stats = read_json_file(path("S.json"));
+  EXPECT_EQ(stats["sequences"][0]["lambda"], 12.0 / 300);
+  EXPECT_EQ(stats["sequences"][1]["lambda"], 12.0 / 100);
+  EXPECT_GT(stats["tiles_skipped"].get<std::int64_t>(), 0);
+}
+
+TEST_F(CliAttendTest, FourDimensionalInputIsAUniformBatch) {
+  const Batch b = make_batch({50, 50}, {70, 70});
+  const Args ragged = write_batch(b).set("--causal");
+  const NpyArray from_ragged = run_ok(ragged);
+
+  Args uniform = ragged;
+  uniform.erase("--cu-seqlens-q").erase("--cu-seqlens-k");
+  uniform.set("--q", write_floats("q4.npy", NpyDtype::kF32, {2, 50, kHq, kDim}, b.q));
+  uniform.set("--k", write_floats("k4.npy", NpyDtype::kF32, {2, 70, kHkv, kDim}, b.k));
+  uniform.set("--v", write_floats("v4.npy", NpyDtype::kF32, {2, 70, kHkv, kDim}, b.v));
+  const NpyArray from_uniform = run_ok(uniform);
+  EXPECT_EQ(from_uniform.shape, (std::vector<std::int64_t>{2, 50, kHq, kDim}));
+  EXPECT_EQ(from_uniform.data, from_ragged.data);
+}
+
+// Each case changes the flags or files of a valid run and must fail with its message.
+struct BadCase {
+  std::string name;
+  std::string message;  // substring of the error
+  std::function<void(CliAttendTest&, Args&)> change;
+};
+
+TEST_F(CliAttendTest, BadInputFailsAndLeavesNoOutput) {
+  const std::vector<float> q(8 * kHq * kDim, 0.5f), kv(8 * kHkv * kDim, 0.25f);
+  const auto file = [](CliAttendTest& t, Args& a, const std::string& flag, NpyDtype dtype,
+                       std::vector<std::int64_t> shape) {
+    std::int64_t n = 1;
+    for (std::int64_t d : shape) n *= d;
+    const std::string name = flag.substr(2) + "_bad.npy";
+    a.set(flag, t.write_floats(name, dtype, std::move(shape),
+                               std::vector<float>(static_cast<std::size_t>(n), 1.0f)));
+  };
+  const auto cu = [](CliAttendTest& t, Args& a, std::vector<std::int64_t> q_offsets) {
+    a.set("--cu-seqlens-q", t.write_ints("cuq.npy", NpyDtype::kI64, q_offsets));
+    a.set("--cu-seqlens-k", t.write_ints("cuk.npy", NpyDtype::kI32, {0, 4, 8}));
+  };
+  const std::vector<BadCase> cases = {
+      {"q fp64", "dtype <f8 is not supported",
+       [&](auto& t, auto& a) {
+         file(t, a, "--q", NpyDtype::kF64, {8, kHq, kDim});
+       }},
+      {"q int", "dtype <i4 is not supported",
+       [](auto& t, auto& a) {
+         a.set("--q", t.write_ints("qi.npy", NpyDtype::kI32, {1, 2}));
+       }},
+      {"mixed dtypes", "share one dtype",
+       [&](auto& t, auto& a) {
+         file(t, a, "--k", NpyDtype::kF16, {8, kHkv, kDim});
+       }},
+      {"rank 2", "must be [total, heads, head_dim]",
+       [&](auto& t, auto& a) {
+         file(t, a, "--q", NpyDtype::kF32, {8, kHq * kDim});
+       }},
+      {"rank mismatch", "differ in rank",
+       [&](auto& t, auto& a) {
+         file(t, a, "--q", NpyDtype::kF32, {1, 8, kHq, kDim});
+       }},
+      {"Hq % Hkv", "multiple of kv heads",
+       [&](auto& t, auto& a) {
+         file(t, a, "--q", NpyDtype::kF32, {8, 3, kDim});
+       }},
+      {"D mismatch", "head_dim mismatch",
+       [&](auto& t, auto& a) {
+         file(t, a, "--q", NpyDtype::kF32, {8, kHq, 16});
+       }},
+      {"v shape", "must equal k's",
+       [&](auto& t, auto& a) {
+         file(t, a, "--v", NpyDtype::kF32, {7, kHkv, kDim});
+       }},
+      {"cu length", "disagree on the batch",
+       [&](auto& t, auto& a) {
+         cu(t, a, {0, 8});
+       }},
+      {"cu start", "must start at 0",
+       [&](auto& t, auto& a) {
+         cu(t, a, {1, 4, 8});
+       }},
+      {"cu decreasing", "must not decrease",
+       [&](auto& t, auto& a) {
+         cu(t, a, {0, 5, 4, 8});
+       }},
+      {"cu end", "must end at the q token count 8",
+       [&](auto& t, auto& a) {
+         cu(t, a, {0, 4, 7});
+       }},
+      {"queries without keys", "queries with no keys",
+       [](auto& t, auto& a) {
+         a.set("--cu-seqlens-q", t.write_ints("cuq.npy", NpyDtype::kI64, {0, 4, 8}));
+         a.set("--cu-seqlens-k", t.write_ints("cuk.npy", NpyDtype::kI64, {0, 0, 8}));
+       }},
+      {"cu 2-D", "must be 1-D",
+       [&](auto& t, auto& a) {
+         cu(t, a, {0, 4, 8});
+         file(t, a, "--cu-seqlens-q", NpyDtype::kF32, {3, 1});
+       }},
+      {"cu float", "expected an integer array",
+       [&](auto& t, auto& a) {
+         cu(t, a, {0, 4, 8});
+         file(t, a, "--cu-seqlens-k", NpyDtype::kF32, {3});
+       }},
+      {"cu alone", "requires",
+       [](auto& t, auto& a) {
+         a.set("--cu-seqlens-q", t.write_ints("cuq.npy", NpyDtype::kI64, {0, 8}));
+       }},
+      {"cu with 4-D", "apply to 3-D",
+       [&](auto& t, auto& a) {
+         file(t, a, "--q", NpyDtype::kF32, {1, 8, kHq, kDim});
+         file(t, a, "--k", NpyDtype::kF32, {1, 8, kHkv, kDim});
+         file(t, a, "--v", NpyDtype::kF32, {1, 8, kHkv, kDim});
+         cu(t, a, {0, 8});
+       }},
+      {"causal kv < q", "--causal needs kv_len >= q_len",
+       [&](auto& t, auto& a) {
+         file(t, a, "--k", NpyDtype::kF32, {4, kHkv, kDim});
+         file(t, a, "--v", NpyDtype::kF32, {4, kHkv, kDim});
+         a.set("--causal");
+       }},
+      {"tile-q 0", "--tile-q must be positive", [](auto&, auto& a) { a.set("--tile-q", "0"); }},
+      {"tile-k -1", "--tile-k must be positive", [](auto&, auto& a) { a.set("--tile-k", "-1"); }},
+      {"threshold 1", "outside [0, 1)", [](auto&, auto& a) { a.set("--threshold", "1"); }},
+      {"threshold < 0", "outside [0, 1)", [](auto&, auto& a) { a.set("--threshold", "-0.1"); }},
+      {"table and threshold", "excludes",
+       [](auto& t, auto& a) {
+         write_json_file(t.path("T.json"), nlohmann::json::parse("[[64, 12.0]]"));
+         a.set("--scale-table", t.path("T.json")).set("--threshold", "0.1");
+       }},
+      {"bad table", "seqlen_bin must be a positive integer",
+       [](auto& t, auto& a) {
+         write_json_file(t.path("T.json"), nlohmann::json::parse("[[0, 12.0]]"));
+         a.set("--scale-table", t.path("T.json"));
+       }},
+      {"kv order", "forward, reverse, sink-reverse",
+       [](auto&, auto& a) { a.set("--kv-order", "backwards"); }},
+      {"backend cuda", "arrives with the GPU kernels",
+       [](auto&, auto& a) { a.set("--backend", "cuda"); }},
+      {"backend other", "unknown --backend 'tpu'",
+       [](auto&, auto& a) { a.set("--backend", "tpu"); }},
+      {"out dtype", "unknown --out-dtype 'bf16'",
+       [](auto&, auto& a) { a.set("--out-dtype", "bf16"); }},
+      {"missing q", "no such file", [](auto& t, auto& a) { a.set("--q", t.path("absent.npy")); }},
+      {"out dir", "does not exist",
+       [](auto& t, auto& a) { a.set("--out", t.path("no/such/dir/O.npy")); }},
+      {"missing --out", "--out is required", [](auto&, auto& a) { a.erase("--out"); }},
+      {"unknown flag", "--bogus", [](auto&, auto& a) { a.set("--bogus", "1"); }},
+  };
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    Args args;
+    args.set("--q", write_floats("q.npy", NpyDtype::kF32, {8, kHq, kDim}, q));
+    args.set("--k", write_floats("k.npy", NpyDtype::kF32, {8, kHkv, kDim}, kv));
+    args.set("--v", write_floats("v.npy", NpyDtype::kF32, {8, kHkv, kDim}, kv));
+    args.set("--out", path("O.npy")).set("--stats", path("S.json"));
+    ASSERT_EQ(run(args).exit_code, 0) << "the unchanged run must succeed";
+    fs::remove(path("O.npy"));
+    fs::remove(path("S.json"));
+
+    c.change(*this, args);
+    const RunResult r = run(args);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find(c.message), std::string::npos)
+        << "expected '" << c.message << "' in: " << r.output;
+    EXPECT_FALSE(fs::exists(path("O.npy")));
+    EXPECT_FALSE(fs::exists(path("S.json")));
+  }
+}
+
+TEST_F(CliAttendTest, FailedOutputWriteRemovesTheStats) {
+  Args args = write_batch(make_batch({16}, {16}));
+  fs::create_directory(path("O.npy"));  // renaming a file over a directory fails
+  const RunResult r = run(args.set("--stats", path("S.json")));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_FALSE(fs::exists(path("S.json"))) << r.output;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
+  }
+}
+
+}  // namespace
+}  // namespace skipsoftmax

@@ -1,0 +1,366 @@
+// skipsoftmax attend: prefill attention with skip-softmax on .npy tensors.
+//
+// Everything is checked before anything is written; the stats file is written first and removed
+// again if the output cannot be written, so a failed run leaves neither file behind.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "commands.h"
+#include "file_io.h"
+#include "npy.h"
+#include "skipsoftmax/reference.h"
+#include "skipsoftmax/threshold.h"
+#include "skipsoftmax/tiling.h"
+#include "table_json.h"
+
+namespace skipsoftmax::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct AttendArgs {
+  std::string q, k, v;
+  std::string cu_seqlens_q, cu_seqlens_k;  // empty: no ragged batch
+  bool causal = false;
+  std::string scale_table;
+  std::optional<double> threshold;  // nullopt: dense unless a table is given
+  std::optional<double> softmax_scale;
+  int tile_q = TileShape{}.tile_q;
+  int tile_k = TileShape{}.tile_k;
+  std::string kv_order = to_string(TileShape{}.order);
+  std::string backend = "cpu";
+  int threads = 0;
+  std::string out_dtype;  // empty: the input dtype
+  std::string out, stats;
+};
+
+// What the flags ask for, checked before the tensors are read.
+struct Settings {
+  ReferenceOptions options;
+  std::optional<NpyDtype> out_dtype;
+};
+
+// q, k, v widened to float: [tokens, heads, head_dim] with the sequences' boundaries.
+struct Inputs {
+  NpyDtype dtype = NpyDtype::kF32;
+  std::vector<std::int64_t> q_shape;  // as given; the output has the same shape
+  std::vector<float> q, k, v;
+  int heads_q = 0, heads_kv = 0, head_dim = 0;
+  std::vector<std::int64_t> cu_q, cu_k;  // [batch + 1]
+};
+
+[[noreturn]] void fail(const std::string& what) { throw std::invalid_argument(what); }
+
+KvOrder parse_order(const std::string& name) {
+  const std::optional<KvOrder> order = parse_kv_order(name);
+  if (!order) fail("unknown --kv-order '" + name + "' (valid: " + kv_order_names() + ")");
+  return *order;
+}
+
+std::optional<NpyDtype> parse_out_dtype(const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  if (name == "f16") return NpyDtype::kF16;
+  if (name == "f32") return NpyDtype::kF32;
+  if (name == "f64") return NpyDtype::kF64;
+  fail("unknown --out-dtype '" + name + "' (valid: f16, f32, f64)");
+}
+
+Threshold parse_threshold(const AttendArgs& a) {
+  if (!a.scale_table.empty()) return Threshold::table(read_scale_table_file(a.scale_table));
+  if (!a.threshold) return Threshold::dense();
+  try {
+    return Threshold::flat(*a.threshold);
+  } catch (const std::invalid_argument& e) {
+    fail(std::string("--threshold: ") + e.what());
+  }
+}
+
+void check_output_dir(const std::string& path, const char* flag) {
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    fail(std::string(flag) + " " + path + ": directory " + dir.string() + " does not exist");
+  }
+}
+
+Settings parse_settings(const AttendArgs& a) {
+  if (a.backend == "cuda") {
+    fail("--backend cuda is not available yet: it arrives with the GPU kernels; use --backend cpu");
+  }
+  if (a.backend != "cpu") fail("unknown --backend '" + a.backend + "' (valid: cpu)");
+  if (a.tile_q <= 0) fail("--tile-q must be positive, got " + std::to_string(a.tile_q));
+  if (a.tile_k <= 0) fail("--tile-k must be positive, got " + std::to_string(a.tile_k));
+  if (a.threads < 0)
+    fail("--threads must be >= 0 (0: all cores), got " + std::to_string(a.threads));
+  if (a.softmax_scale && !(std::isfinite(*a.softmax_scale) && *a.softmax_scale > 0)) {
+    std::ostringstream msg;
+    msg << "--softmax-scale must be finite and positive, got " << *a.softmax_scale;
+    fail(msg.str());
+  }
+  if (!a.stats.empty() && fs::path(a.stats) == fs::path(a.out)) {
+    fail("--stats and --out name the same file " + a.out);
+  }
+  check_output_dir(a.out, "--out");
+  if (!a.stats.empty()) check_output_dir(a.stats, "--stats");
+
+  Settings s;
+  s.options.tiles = {a.tile_q, a.tile_k, parse_order(a.kv_order)};
+  s.options.num_threads = a.threads;
+  s.options.threshold = parse_threshold(a);
+  s.out_dtype = parse_out_dtype(a.out_dtype);
+  return s;
+}
+
+NpyArray read_tensor(const std::string& path) {
+  NpyArray array = read_npy(path);
+  if (array.dtype != NpyDtype::kF16 && array.dtype != NpyDtype::kF32) {
+    fail(path + ": dtype " + npy_descr(array.dtype) +
+         " is not supported: attend takes fp16 (<f2) " + "or fp32 (<f4)");
+  }
+  if (array.shape.size() != 3 && array.shape.size() != 4) {
+    fail(path + ": shape " + npy_shape_string(array.shape) +
+         " must be [total, heads, head_dim] or [batch, seqlen, heads, head_dim]");
+  }
+  return array;
+}
+
+// [tokens, heads, head_dim] -> (batch, tokens per sequence, heads, head_dim) with batch 1;
+// [B, S, H, D] -> (B, S, H, D).
+struct Layout {
+  std::int64_t batch, seqlen, heads, head_dim;
+};
+Layout layout_of(const NpyArray& a) {
+  const auto& s = a.shape;
+  return s.size() == 4 ? Layout{s[0], s[1], s[2], s[3]} : Layout{1, s[0], s[1], s[2]};
+}
+
+int small_dim(const std::string& path, const char* what, std::int64_t value) {
+  if (value <= 0 || value > std::numeric_limits<int>::max()) {
+    fail(path + ": " + what + " must be in [1, 2^31), got " + std::to_string(value));
+  }
+  return static_cast<int>(value);
+}
+
+void check_qkv_shapes(const AttendArgs& a, const NpyArray& q, const NpyArray& k,
+                      const NpyArray& v) {
+  if (k.dtype != q.dtype || v.dtype != q.dtype) {
+    fail(std::string("q, k and v must share one dtype, got ") + npy_descr(q.dtype) + ", " +
+         npy_descr(k.dtype) + ", " + npy_descr(v.dtype));
+  }
+  if (k.shape.size() != q.shape.size()) {
+    fail(a.k + ": shape " + npy_shape_string(k.shape) + " and q's " + npy_shape_string(q.shape) +
+         " differ in rank");
+  }
+  if (v.shape != k.shape) {
+    fail(a.v + ": shape " + npy_shape_string(v.shape) + " must equal k's " +
+         npy_shape_string(k.shape));
+  }
+  const Layout lq = layout_of(q), lk = layout_of(k);
+  if (lq.batch != lk.batch) {
+    fail("batch sizes differ: q has " + std::to_string(lq.batch) + ", k " +
+         std::to_string(lk.batch));
+  }
+  if (lq.head_dim != lk.head_dim) {
+    fail("head_dim mismatch: q has " + std::to_string(lq.head_dim) + ", k and v " +
+         std::to_string(lk.head_dim));
+  }
+  const int hq = small_dim(a.q, "heads", lq.heads), hkv = small_dim(a.k, "heads", lk.heads);
+  small_dim(a.q, "head_dim", lq.head_dim);
+  if (hq % hkv != 0) {
+    fail("query heads (" + std::to_string(hq) + ") must be a multiple of kv heads (" +
+         std::to_string(hkv) + ")");
+  }
+  if (q.shape.size() == 4 && !a.cu_seqlens_q.empty()) {
+    fail("--cu-seqlens-q/-k apply to 3-D [total, heads, head_dim] inputs; " + a.q +
+         " is 4-D [batch, seqlen, heads, head_dim]");
+  }
+}
+
+// [batch + 1] offsets: start at 0, never decrease, end at `total`.
+std::vector<std::int64_t> read_cu_seqlens(const std::string& path, std::int64_t total,
+                                          const char* tensor) {
+  const NpyArray array = read_npy(path);
+  if (array.shape.size() != 1 || array.shape[0] < 2) {
+    fail(path + ": cu_seqlens must be 1-D with batch + 1 >= 2 entries, got shape " +
+         npy_shape_string(array.shape));
+  }
+  const std::vector<std::int64_t> cu = to_int64_vector(array, path);
+  if (cu.front() != 0) fail(path + ": cu_seqlens must start at 0, got " + std::to_string(cu[0]));
+  for (std::size_t i = 1; i < cu.size(); ++i) {
+    if (cu[i] < cu[i - 1]) {
+      fail(path + ": cu_seqlens must not decrease, but entry " + std::to_string(i) + " (" +
+           std::to_string(cu[i]) + ") < entry " + std::to_string(i - 1) + " (" +
+           std::to_string(cu[i - 1]) + ")");
+    }
+  }
+  if (cu.back() != total) {
+    fail(path + ": cu_seqlens must end at the " + tensor + " token count " + std::to_string(total) +
+         ", got " + std::to_string(cu.back()));
+  }
+  return cu;
+}
+
+std::vector<std::int64_t> uniform_cu_seqlens(const Layout& l) {
+  std::vector<std::int64_t> cu(static_cast<std::size_t>(l.batch) + 1);
+  for (std::size_t b = 0; b < cu.size(); ++b) cu[b] = static_cast<std::int64_t>(b) * l.seqlen;
+  return cu;
+}
+
+void check_sequences(const AttendArgs& a, const Inputs& in) {
+  if (in.cu_q.size() != in.cu_k.size()) {
+    fail("cu_seqlens disagree on the batch: " + a.cu_seqlens_q + " has " +
+         std::to_string(in.cu_q.size()) + " entries, " + a.cu_seqlens_k + " " +
+         std::to_string(in.cu_k.size()));
+  }
+  if (!a.causal) return;
+  for (std::size_t b = 0; b + 1 < in.cu_q.size(); ++b) {
+    const std::int64_t q_len = in.cu_q[b + 1] - in.cu_q[b];
+    const std::int64_t kv_len = in.cu_k[b + 1] - in.cu_k[b];
+    if (kv_len < q_len) {
+      fail("sequence " + std::to_string(b) + ": --causal needs kv_len >= q_len, got q_len " +
+           std::to_string(q_len) + ", kv_len " + std::to_string(kv_len));
+    }
+  }
+}
+
+Inputs load_inputs(const AttendArgs& a) {
+  const NpyArray q = read_tensor(a.q), k = read_tensor(a.k), v = read_tensor(a.v);
+  check_qkv_shapes(a, q, k, v);
+  const Layout lq = layout_of(q), lk = layout_of(k);
+  Inputs in;
+  in.dtype = q.dtype;
+  in.q_shape = q.shape;
+  in.heads_q = static_cast<int>(lq.heads);
+  in.heads_kv = static_cast<int>(lk.heads);
+  in.head_dim = static_cast<int>(lq.head_dim);
+  if (a.cu_seqlens_q.empty()) {
+    in.cu_q = uniform_cu_seqlens(lq);
+    in.cu_k = uniform_cu_seqlens(lk);
+  } else {
+    in.cu_q = read_cu_seqlens(a.cu_seqlens_q, lq.seqlen, "q");
+    in.cu_k = read_cu_seqlens(a.cu_seqlens_k, lk.seqlen, "k");
+  }
+  check_sequences(a, in);
+  in.q = to_float_vector(q, a.q);
+  in.k = to_float_vector(k, a.k);
+  in.v = to_float_vector(v, a.v);
+  return in;
+}
+
+nlohmann::json sequence_json(const SequenceStats& s) {
+  return {{"q_len", s.q_len},
+          {"kv_len", s.kv_len},
+          {"lambda", s.lambda},
+          {"tiles_total", s.tiles_total},
+          {"tiles_skipped", s.tiles_skipped},
+          {"sparsity", s.sparsity()},
+          {"mass_share", s.mass_share},
+          {"mass_share_max", s.mass_share_max},
+          {"nan_rows", s.nan_rows}};
+}
+
+nlohmann::json stats_json(const AttendArgs& a, const Settings& s, const AttentionStats& st) {
+  nlohmann::json sequences = nlohmann::json::array();
+  for (const SequenceStats& seq : st.sequences) sequences.push_back(sequence_json(seq));
+  return {{"backend", a.backend},
+          {"causal", a.causal},
+          {"tile_q", s.options.tiles.tile_q},
+          {"tile_k", s.options.tiles.tile_k},
+          {"kv_order", to_string(s.options.tiles.order)},
+          {"threshold", s.options.threshold.describe()},
+          {"tiles_total", st.tiles_total},
+          {"tiles_skipped", st.tiles_skipped},
+          {"sparsity", st.sparsity()},
+          {"mass_share", st.mass_share},
+          {"nan_rows", st.nan_rows},
+          {"sequences", std::move(sequences)}};
+}
+
+// Stats first, then the output; if the output fails, the stats go too.
+void write_results(const AttendArgs& a, const NpyArray& out, const nlohmann::json& stats) {
+  if (!a.stats.empty()) write_json_file(a.stats, stats);
+  try {
+    write_npy_atomic(a.out, out);
+  } catch (...) {
+    std::error_code ec;
+    if (!a.stats.empty()) fs::remove(a.stats, ec);
+    throw;
+  }
+}
+
+void run_attend(const AttendArgs& a) {
+  const Settings s = parse_settings(a);
+  const Inputs in = load_inputs(a);
+  PrefillProblem p;
+  p.q = in.q.data();
+  p.k = in.k.data();
+  p.v = in.v.data();
+  p.num_heads_q = in.heads_q;
+  p.num_heads_kv = in.heads_kv;
+  p.head_dim = in.head_dim;
+  p.cu_seqlens_q = in.cu_q;
+  p.cu_seqlens_k = in.cu_k;
+  p.causal = a.causal;
+  p.softmax_scale = a.softmax_scale;
+
+  std::vector<double> out(in.q.size());
+  const auto start = std::chrono::steady_clock::now();
+  const AttentionStats st = reference_prefill(p, s.options, out.data());
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+
+  write_results(a, make_npy_float(s.out_dtype.value_or(in.dtype), in.q_shape, out),
+                stats_json(a, s, st));
+  std::printf(
+      "%s: %zu sequence%s, %lld of %lld tiles skipped (sparsity %.2f%%), mass share %.3e, "
+      "%lld NaN rows, %.3f s\n",
+      a.backend.c_str(), st.sequences.size(), st.sequences.size() == 1 ? "" : "s",
+      static_cast<long long>(st.tiles_skipped), static_cast<long long>(st.tiles_total),
+      100.0 * st.sparsity(), st.mass_share, static_cast<long long>(st.nan_rows), elapsed.count());
+}
+
+void add_attend(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand(
+      "attend", "Prefill attention with skip-softmax on .npy tensors (CPU reference)");
+  auto a = std::make_shared<AttendArgs>();
+  cmd->add_option("--q", a->q, "Queries [total_q, Hq, D] or [B, Sq, Hq, D], fp16 or fp32")
+      ->required();
+  cmd->add_option("--k", a->k, "Keys [total_k, Hkv, D] or [B, Sk, Hkv, D]")->required();
+  cmd->add_option("--v", a->v, "Values, shaped like the keys")->required();
+  auto* cu_q = cmd->add_option("--cu-seqlens-q", a->cu_seqlens_q, "Query offsets [batch + 1]");
+  auto* cu_k = cmd->add_option("--cu-seqlens-k", a->cu_seqlens_k, "KV offsets [batch + 1]");
+  cu_q->needs(cu_k);
+  cu_k->needs(cu_q);
+  cmd->add_flag("--causal", a->causal, "Causal mask, bottom-right aligned");
+  auto* table = cmd->add_option("--scale-table", a->scale_table, "Scale table JSON file");
+  auto* threshold = cmd->add_option("--threshold", a->threshold, "Flat lambda in [0, 1)");
+  table->excludes(threshold);
+  cmd->add_option("--softmax-scale", a->softmax_scale, "Default 1/sqrt(head_dim)");
+  cmd->add_option("--tile-q", a->tile_q, "Query rows per vote")->capture_default_str();
+  cmd->add_option("--tile-k", a->tile_k, "Keys per KV tile")->capture_default_str();
+  cmd->add_option("--kv-order", a->kv_order, "KV tile order: " + kv_order_names())
+      ->capture_default_str();
+  cmd->add_option("--backend", a->backend, "cpu (cuda arrives with the GPU kernels)")
+      ->capture_default_str();
+  cmd->add_option("--threads", a->threads, "CPU threads, 0 for all")->capture_default_str();
+  cmd->add_option("--out-dtype", a->out_dtype, "f16, f32 or f64; default the input dtype");
+  cmd->add_option("--out", a->out, "Output .npy, shaped like q")->required();
+  cmd->add_option("--stats", a->stats, "Skip statistics JSON");
+  cmd->callback([a] { run_attend(*a); });
+}
+
+const Registration reg{20, &add_attend};
+
+}  // namespace
+}  // namespace skipsoftmax::cli
