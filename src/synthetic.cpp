@@ -50,7 +50,11 @@ SyntheticQkv make_structured_qkv(const SyntheticSpec& spec) {
   // q and k each carry the square root of a score; the sqrt(dim) undoes the softmax scale.
   const double sink_amp = std::sqrt(spec.sink * root_dim);
   const double band_amp = std::sqrt(spec.local * root_dim / pairs);
-  const double noise_std = std::sqrt(spec.noise);
+  // The far field lives on the dimensions left free by the sink and the band, so that the three
+  // parts of a score are independent and the far field's spread is exactly `noise`.
+  const int first_noise_dim = std::min(dim, 1 + 2 * pairs);
+  const int noise_dims = std::max(1, dim - first_noise_dim);
+  const double noise_std = std::sqrt(spec.noise * root_dim / std::sqrt(double(noise_dims)));
   Normal normal(spec.seed);
   SyntheticQkv out;
   out.q.resize(static_cast<std::size_t>(spec.tokens) * spec.num_heads_q * dim);
@@ -58,13 +62,15 @@ SyntheticQkv make_structured_qkv(const SyntheticSpec& spec) {
   out.v.resize(static_cast<std::size_t>(spec.tokens) * spec.num_heads_kv * dim);
 
   const auto fill = [&](float* row, std::int64_t pos, double sink_value) {
-    for (int d = 0; d < dim; ++d) row[d] = static_cast<float>(noise_std * normal());
+    for (int d = 0; d < dim; ++d) {
+      row[d] = d < first_noise_dim ? 0.0f : static_cast<float>(noise_std * normal());
+    }
     row[0] = static_cast<float>(sink_value);
-    for (int f = 0; f < pairs && 2 + 2 * f < dim; ++f) {
+    for (int f = 0; f < pairs && 2 + 2 * f < first_noise_dim; ++f) {
       // Wavelengths from 64 to ~4000 positions: a band a few tiles wide.
       const double freq = 2.0 * std::numbers::pi / (64.0 * std::pow(64.0, f / double(pairs)));
-      row[1 + 2 * f] += static_cast<float>(band_amp * std::cos(freq * double(pos)));
-      row[2 + 2 * f] += static_cast<float>(band_amp * std::sin(freq * double(pos)));
+      row[1 + 2 * f] = static_cast<float>(band_amp * std::cos(freq * double(pos)));
+      row[2 + 2 * f] = static_cast<float>(band_amp * std::sin(freq * double(pos)));
     }
   };
   for (std::int64_t t = 0; t < spec.tokens; ++t) {
