@@ -1,0 +1,68 @@
+// Hopper prefill attention on the GPU: a dense kernel and its skip-softmax twin, compiled apart.
+//
+// Usage, as in CUTLASS's device adapters: fill PrefillArguments, ask can_implement(), then
+// run_prefill() on a stream. The dense or skip kernel is chosen by choose_prefill_kernel() (the
+// dispatch rule of threshold.h); each sequence of a skip launch looks its lambda up on the device.
+// This header is free of CUDA headers: pointers are device pointers, the stream is a cudaStream_t
+// passed as void*.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "skipsoftmax/threshold.h"
+#include "skipsoftmax/tiling.h"
+
+namespace skipsoftmax {
+
+enum class DType { kF16, kBF16 };
+const char* to_string(DType dtype);
+
+struct PrefillArguments {
+  DType dtype = DType::kBF16;
+  int head_dim = 128;  // 64, 128 or 256
+  const void* q = nullptr;  // [total_q, num_heads_q, head_dim]
+  const void* k = nullptr;  // [total_k, num_heads_kv, head_dim]
+  const void* v = nullptr;  // [total_k, num_heads_kv, head_dim]
+  void* out = nullptr;      // [total_q, num_heads_q, head_dim]
+  const std::int32_t* cu_seqlens_q = nullptr;  // device, [batch + 1]
+  const std::int32_t* cu_seqlens_k = nullptr;  // device, [batch + 1]
+  int batch = 0;
+  std::int64_t total_q = 0;
+  std::int64_t total_k = 0;
+  int max_seqlen_q = 0;  // the longest query chunk of the batch
+  int max_seqlen_k = 0;  // the longest KV of the batch: the dispatch rule reads it
+  bool kv_history = false;  // some sequence has kv_len > q_len (chunked prefill)
+  int num_heads_q = 0;
+  int num_heads_kv = 0;
+  bool causal = true;  // bottom-right aligned
+  std::optional<double> softmax_scale;  // default 1 / sqrt(head_dim)
+  Threshold threshold;                  // dense, per-length table or flat lambda
+  KvOrder kv_order = KvOrder::kSinkThenReverse;
+  // Skip kernel only: [batch][2] tiles visited and skipped per sequence, accumulated (zero it
+  // first). Null: no statistics, no cost.
+  unsigned long long* stats = nullptr;
+  // Overrides the dispatch rule (benchmarks and tests of the guard run the skip kernel at
+  // lambda = 0).
+  std::optional<KernelChoice> force_kernel;
+};
+
+// The tiling the kernels vote with: 64 query rows (one consumer warpgroup) x kv tile of 128 keys
+// (64 for head dim 256). The CPU reference reproduces the GPU's decisions with this TileShape.
+TileShape prefill_vote_tiles(int head_dim, KvOrder order);
+
+// Empty when the kernels can run these arguments; else the reason.
+std::string can_implement(const PrefillArguments& args);
+
+// Bytes of device workspace run_prefill needs (none today; part of the contract).
+std::size_t prefill_workspace_size(const PrefillArguments& args);
+
+// Launches the chosen kernel on `stream` (a cudaStream_t). Throws std::invalid_argument when
+// can_implement fails and std::runtime_error on a CUDA error. Returns the kernel it launched.
+KernelChoice run_prefill(const PrefillArguments& args, void* workspace, void* stream);
+
+// Whether this process sees a GPU the kernels run on (compute capability 9.0).
+bool hopper_gpu_available();
+
+}  // namespace skipsoftmax

@@ -1,0 +1,499 @@
+// The Hopper prefill kernel: FlashAttention with warp specialization, and its skip-softmax twin.
+//
+// One CTA computes a tile of kBlockM = 128 query rows of one query head. Warpgroup 0 is the
+// producer: one thread streams Q once and K/V tiles through a kStages-deep shared-memory pipeline
+// with TMA, each stage guarded by a full and an empty mbarrier. Warpgroups 1 and 2 are consumers,
+// 64 query rows each: S = Q K^T and O += P V run on the tensor cores with wgmma (S from shared
+// memory, P from registers), and the next tile's Q K^T is issued before this tile's P V so that
+// the softmax of one overlaps the matrix products of the other.
+//
+// Skip variant (kSkip): after each S tile every consumer warpgroup votes. The tile is skipped when
+// rowmax(S) - max(m_run, rowmax(S)) < log2(lambda) (log2 domain, scores pre-scaled by
+// scale * log2 e) holds for all 64 rows of the warpgroup; a row that sees no key of the tile votes
+// skip. A skipped tile runs no exponentials and no P V. The vote unit is therefore 64 query rows x
+// kBlockN keys: the CPU reference with tile_q = 64 and tile_k = kBlockN emulates it exactly.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "../hopper/ptx.cuh"
+#include "prefill_params.h"
+
+namespace skipsoftmax::prefill {
+
+template <int kHeadDim>
+struct TileConfig {
+  static constexpr int kBlockM = 128;                       // query rows per CTA
+  static constexpr int kRowsPerWarpgroup = 64;              // the vote unit's rows
+  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;  // keys per KV tile
+  static constexpr int kStages = 2;
+  static constexpr int kBoxCols = 64;  // 16-bit elements per 128-byte swizzled row
+  static constexpr int kDBoxes = kHeadDim / kBoxCols;
+  static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
+};
+
+template <int kHeadDim>
+struct alignas(1024) SharedStorage {
+  using Cfg = TileConfig<kHeadDim>;
+  // Each operand is kDBoxes column blocks of [rows][64] 16-bit elements, 128-byte swizzled.
+  std::uint16_t q[Cfg::kBlockM * kHeadDim];
+  std::uint16_t k[Cfg::kStages][Cfg::kBlockN * kHeadDim];
+  std::uint16_t v[Cfg::kStages][Cfg::kBlockN * kHeadDim];
+  std::uint64_t full_q;
+  std::uint64_t full_k[Cfg::kStages];
+  std::uint64_t empty_k[Cfg::kStages];
+  std::uint64_t full_v[Cfg::kStages];
+  std::uint64_t empty_v[Cfg::kStages];
+};
+
+// Named barrier ids: 0 is __syncthreads. Per consumer warpgroup: one for its vote and one for its
+// turn at issuing matrix products.
+enum BarrierId { kVoteBarrier = 1, kTurnBarrier = 3 };
+
+__device__ __forceinline__ int kv_tile_at(int order, int position, int n_tiles) {
+  switch (order) {
+    case 1:  // reverse: the diagonal first
+      return n_tiles - 1 - position;
+    case 2:  // sink, then the diagonal backwards
+      return position == 0 ? 0 : n_tiles - position;
+    default:  // forward
+      return position;
+  }
+}
+
+// lambda for one sequence of KV length kv_len, as skipsoftmax::Threshold::lambda_for does.
+__device__ __forceinline__ float lambda_for(const DeviceThreshold& t, int kv_len) {
+  if (t.rows == 0) return kv_len > 0 ? t.flat_lambda : 0.f;
+  if (kv_len < t.bins[0]) return 0.f;
+  float s = t.scales[0];
+  for (int i = 1; i < t.rows && t.bins[i] <= kv_len; ++i) s = t.scales[i];
+  const float l = static_cast<float>(kv_len);
+  return s >= l ? 0.f : s / l;
+}
+
+template <bool kBf16, int N>
+__device__ __forceinline__ void mma_ss(float (&d)[N / 2], std::uint64_t a, std::uint64_t b,
+                                       int scale_d) {
+  using namespace hopper;
+  if constexpr (N == 64) {
+    if constexpr (kBf16) ss_m64n64k16_bf16(d, a, b, scale_d); else ss_m64n64k16_f16(d, a, b, scale_d);
+  } else if constexpr (N == 128) {
+    if constexpr (kBf16) ss_m64n128k16_bf16(d, a, b, scale_d); else ss_m64n128k16_f16(d, a, b, scale_d);
+  } else {
+    if constexpr (kBf16) ss_m64n256k16_bf16(d, a, b, scale_d); else ss_m64n256k16_f16(d, a, b, scale_d);
+  }
+}
+
+template <bool kBf16, int N>
+__device__ __forceinline__ void mma_rs(float (&d)[N / 2], const std::uint32_t (&a)[4],
+                                       std::uint64_t b) {
+  using namespace hopper;
+  if constexpr (N == 64) {
+    if constexpr (kBf16) rs_m64n64k16_bf16(d, a, b, 1); else rs_m64n64k16_f16(d, a, b, 1);
+  } else if constexpr (N == 128) {
+    if constexpr (kBf16) rs_m64n128k16_bf16(d, a, b, 1); else rs_m64n128k16_f16(d, a, b, 1);
+  } else {
+    if constexpr (kBf16) rs_m64n256k16_bf16(d, a, b, 1); else rs_m64n256k16_f16(d, a, b, 1);
+  }
+}
+
+// Where one CTA's work lies: its query rows, its KV tiles, and the sequence they belong to.
+struct CtaWork {
+  int head, kv_head;
+  int q_start, q_len, kv_start, kv_len;
+  int m_block;
+  int n_tiles;  // KV tiles the CTA visits
+};
+
+template <int kHeadDim, bool kCausal>
+__device__ __forceinline__ bool find_work(const Params& p, CtaWork& w) {
+  using Cfg = TileConfig<kHeadDim>;
+  const int seq = blockIdx.z;
+  w.head = blockIdx.y;
+  w.kv_head = w.head / (p.num_heads_q / p.num_heads_kv);
+  // Causal tiles at the end of a sequence are the longest: launch them first.
+  w.m_block = p.num_m_blocks - 1 - static_cast<int>(blockIdx.x);
+  w.q_start = p.cu_seqlens_q[seq];
+  w.q_len = p.cu_seqlens_q[seq + 1] - w.q_start;
+  w.kv_start = p.cu_seqlens_k[seq];
+  w.kv_len = p.cu_seqlens_k[seq + 1] - w.kv_start;
+  if (w.m_block * Cfg::kBlockM >= w.q_len) return false;
+  const int q_end = min((w.m_block + 1) * Cfg::kBlockM, w.q_len);
+  const int keys = kCausal ? w.kv_len - w.q_len + q_end : w.kv_len;
+  w.n_tiles = (keys + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  return true;
+}
+
+template <bool kBf16, int kHeadDim>
+__device__ __forceinline__ void produce(const Params& p, const CtaWork& w,
+                                        SharedStorage<kHeadDim>& s) {
+  using Cfg = TileConfig<kHeadDim>;
+  using namespace hopper;
+  constexpr std::uint32_t kQBytes = Cfg::kBlockM * kHeadDim * 2;
+  constexpr std::uint32_t kKvBytes = Cfg::kBlockN * kHeadDim * 2;
+  mbar_arrive_expect_tx(&s.full_q, kQBytes);
+  for (int b = 0; b < Cfg::kDBoxes; ++b) {
+    tma_load_3d(s.q + b * Cfg::kBlockM * Cfg::kBoxCols, &p.tma_q, &s.full_q, b * Cfg::kBoxCols,
+                w.head, w.q_start + w.m_block * Cfg::kBlockM);
+  }
+  for (int pos = 0; pos < w.n_tiles; ++pos) {
+    const int stage = pos % Cfg::kStages;
+    const std::uint32_t phase = (pos / Cfg::kStages) & 1;
+    const int row = w.kv_start + kv_tile_at(p.kv_order, pos, w.n_tiles) * Cfg::kBlockN;
+    mbar_wait(&s.empty_k[stage], phase ^ 1);
+    mbar_arrive_expect_tx(&s.full_k[stage], kKvBytes);
+    for (int b = 0; b < Cfg::kDBoxes; ++b) {
+      tma_load_3d(s.k[stage] + b * Cfg::kBlockN * Cfg::kBoxCols, &p.tma_k, &s.full_k[stage],
+                  b * Cfg::kBoxCols, w.kv_head, row);
+    }
+    mbar_wait(&s.empty_v[stage], phase ^ 1);
+    mbar_arrive_expect_tx(&s.full_v[stage], kKvBytes);
+    for (int b = 0; b < Cfg::kDBoxes; ++b) {
+      tma_load_3d(s.v[stage] + b * Cfg::kBlockN * Cfg::kBoxCols, &p.tma_v, &s.full_v[stage],
+                  b * Cfg::kBoxCols, w.kv_head, row);
+    }
+  }
+}
+
+// The consumer's per-thread view of a 64-row accumulator: rows r0 and r0 + 8 of the warpgroup's
+// slice, columns 8 j + 2 (lane % 4) + {0, 1}: element [4 j + 2 i + e] is (row r0 + 8 i, column
+// 8 j + 2 (lane % 4) + e).
+template <bool kBf16, int kHeadDim, bool kCausal, bool kSkip>
+struct Consumer {
+  using Cfg = TileConfig<kHeadDim>;
+  static constexpr int kN = Cfg::kBlockN;
+  static constexpr float kNegInf = -__builtin_huge_valf();
+
+  const Params& p;
+  const CtaWork& w;
+  SharedStorage<kHeadDim>& s;
+  int wg;          // consumer warpgroup 0 or 1
+  int tid;         // thread in the warpgroup
+  int row0;        // first of this thread's two rows, relative to the sequence's query start
+  int wg_row_end;  // one past the last query row of this warpgroup that exists
+  float log2_lambda;
+
+  float o[kHeadDim / 2];
+  float m[2] = {kNegInf, kNegInf};
+  float l[2] = {0.f, 0.f};
+  std::uint32_t pa[kN / 16][4];  // P as wgmma A fragments, one group per 16 keys
+
+  // Descriptors of the k-th 16-wide step of each operand: a base descriptor plus a byte offset
+  // (in 16-byte units in the low bits). Q and K are K-major: a step of 16 elements moves 32 bytes
+  // inside a 128-byte row, and every 4 steps the next column block. V is MN-major: 16 keys are 16
+  // rows of 128 bytes, and its column blocks of 64 lie kN rows apart (the leading byte offset).
+  __host__ __device__ static constexpr std::uint32_t q_step(int kk) {
+    return ((kk / 4) * Cfg::kBlockM * 128 + (kk % 4) * 32) >> 4;
+  }
+  __host__ __device__ static constexpr std::uint32_t k_step(int kk) {
+    return ((kk / 4) * kN * 128 + (kk % 4) * 32) >> 4;
+  }
+  __host__ __device__ static constexpr std::uint32_t v_step(int kk) {
+    return (kk * 16 * 128) >> 4;
+  }
+
+  __device__ void issue_qk(float (&sc)[kN / 2], int stage) {
+    const std::uint64_t dq = hopper::make_smem_desc(
+        s.q + wg * Cfg::kRowsPerWarpgroup * Cfg::kBoxCols, 16, 1024);
+    const std::uint64_t dk = hopper::make_smem_desc(s.k[stage], 16, 1024);
+    hopper::fence_registers(sc);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      mma_ss<kBf16, kN>(sc, dq + q_step(kk), dk + k_step(kk), kk > 0);
+    }
+    hopper::wgmma_commit();
+    hopper::fence_registers(sc);
+  }
+
+  __device__ void issue_pv(int stage) {
+    const std::uint64_t dv = hopper::make_smem_desc(s.v[stage], kN * 128, 1024);
+    hopper::fence_registers(o);
+    hopper::fence_registers(pa);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) mma_rs<kBf16, kHeadDim>(o, pa[kk], dv + v_step(kk));
+    hopper::fence_registers(o);
+    hopper::fence_registers(pa);
+  }
+
+  // Lowest query row of the warpgroup that sees key `key` (causal, bottom-right aligned).
+  __device__ bool tile_visible(int tile) const {
+    if (wg_row_end <= row_base()) return false;
+    if (!kCausal) return true;
+    return tile * kN <= w.kv_len - w.q_len + wg_row_end - 1;
+  }
+  __device__ int row_base() const {
+    return w.m_block * Cfg::kBlockM + wg * Cfg::kRowsPerWarpgroup;
+  }
+  // Does any element of this tile need masking for this warpgroup?
+  __device__ bool tile_needs_mask(int tile) const {
+    if ((tile + 1) * kN > w.kv_len) return true;
+    if (row_base() + Cfg::kRowsPerWarpgroup > w.q_len) return true;
+    return kCausal && (tile + 1) * kN - 1 > w.kv_len - w.q_len + row_base();
+  }
+
+  // Scales S into the log2 domain, masks it, and returns this thread's two row maxima.
+  __device__ void scale_and_max(float (&sc)[kN / 2], int tile, bool masked, float (&mx)[2]) {
+    const int lane = tid % 32;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row0 + 8 * i;
+      const int last_key = row >= w.q_len ? -1 : (kCausal ? w.kv_len - w.q_len + row : w.kv_len - 1);
+      const int limit = min(last_key, w.kv_len - 1) - tile * kN;  // last visible column
+      float r = kNegInf;
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = sc[4 * j + 2 * i + e];
+          x *= p.scale_log2;
+          if (masked && 8 * j + 2 * (lane % 4) + e > limit) x = kNegInf;
+          r = fmaxf(r, x);
+        }
+      }
+      r = fmaxf(r, __shfl_xor_sync(0xffffffff, r, 1));
+      r = fmaxf(r, __shfl_xor_sync(0xffffffff, r, 2));
+      mx[i] = r;
+    }
+  }
+
+  // The skip vote of the whole warpgroup (kSkip only).
+  __device__ bool vote_skip(const float (&mx)[2]) const {
+    bool votes = true;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      votes &= mx[i] == kNegInf || mx[i] - fmaxf(m[i], mx[i]) < log2_lambda;
+    }
+    // The shuffle tells the compiler what bar.red already guarantees: the verdict is uniform.
+    return __shfl_sync(0xffffffff, hopper::named_barrier_and(kVoteBarrier + wg, 128, votes), 0);
+  }
+
+  // exp2 of the tile, the running sums, and the factor that rescales O. Leaves P in sc.
+  __device__ void softmax(float (&sc)[kN / 2], const float (&mx)[2], float (&corr)[2]) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float m_new = fmaxf(m[i], mx[i]);
+      const float m_use = m_new == kNegInf ? 0.f : m_new;  // a row that has seen nothing yet
+      corr[i] = hopper::fast_exp2(m[i] - m_use);
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = sc[4 * j + 2 * i + e];
+          x = hopper::fast_exp2(x - m_use);
+          sum += x;
+        }
+      }
+      l[i] = l[i] * corr[i] + sum;
+      m[i] = m_new;
+    }
+  }
+
+  __device__ void rescale_o(const float (&corr)[2]) {
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; ++j) {
+      o[4 * j + 0] *= corr[0];
+      o[4 * j + 1] *= corr[0];
+      o[4 * j + 2] *= corr[1];
+      o[4 * j + 3] *= corr[1];
+    }
+  }
+
+  // The accumulator layout of S equals wgmma's A-fragment layout per 16 keys.
+  __device__ void convert_p(const float (&sc)[kN / 2]) {
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      pa[kk][0] = hopper::pack_half2<kBf16>(sc[8 * kk + 0], sc[8 * kk + 1]);
+      pa[kk][1] = hopper::pack_half2<kBf16>(sc[8 * kk + 2], sc[8 * kk + 3]);
+      pa[kk][2] = hopper::pack_half2<kBf16>(sc[8 * kk + 4], sc[8 * kk + 5]);
+      pa[kk][3] = hopper::pack_half2<kBf16>(sc[8 * kk + 6], sc[8 * kk + 7]);
+    }
+  }
+
+  // Rows of a partial last tile beyond the sequence may hold anything (the next sequence, or
+  // NaN-poisoned memory); P is 0 there, but 0 * NaN is NaN, so zero those V rows before P V.
+  // Both consumer warpgroups may write the same zeros; each fences and syncs its own writes.
+  __device__ void zero_v_tail(int stage, int tile) {
+    const int valid = w.kv_len - tile * kN;
+    if (valid >= kN) return;
+    constexpr int kChunks = kN * Cfg::kDBoxes * 8;  // 16-byte chunks: rows x boxes x 8
+    uint4* base = reinterpret_cast<uint4*>(s.v[stage]);
+    for (int c = tid; c < kChunks; c += 128) {
+      const int row = (c / 8) % kN;  // chunk c lies in box c / (8 kN), row (c / 8) % kN
+      if (row >= valid) base[c] = make_uint4(0, 0, 0, 0);
+    }
+    hopper::fence_proxy_async();
+    hopper::named_barrier_sync(kVoteBarrier + wg, 128);
+  }
+
+  __device__ void release(std::uint64_t* bar) {
+    if (tid % 32 == 0) hopper::mbar_arrive(bar);
+  }
+
+  __device__ void run() {
+    using namespace hopper;
+    const int warp = tid / 32, lane = tid % 32;
+    row0 = row_base() + warp * 16 + lane / 4;
+    wg_row_end = min(row_base() + Cfg::kRowsPerWarpgroup, w.q_len);
+    log2_lambda = kNegInf;
+    if constexpr (kSkip) {
+      const float lambda = lambda_for(p.threshold, w.kv_len);
+      log2_lambda = lambda > 0.f ? __log2f(lambda) : kNegInf;
+    }
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+
+    int visited = 0, skipped = 0;
+    float sc[kN / 2];
+    mbar_wait(&s.full_q, 0);
+
+    // Each tile's Q K^T is issued with the previous tile's P V, so that the softmax of one overlaps
+    // the matrix products of the other. Every iteration commits two groups (the second empty when
+    // there is no P V to run) so that the waits below are the same on every path: ptxas serializes
+    // wgmma when it cannot prove that registers an in-flight wgmma uses are left alone.
+    bool pending_pv = false;  // P of the previous tile waits in pa for its P V
+    int pending_stage = 0, pending_tile = 0;
+    for (int pos = 0; pos < w.n_tiles; ++pos) {
+      const int stage = pos % Cfg::kStages;
+      const std::uint32_t phase = (pos / Cfg::kStages) & 1;
+      const int tile = kv_tile_at(p.kv_order, pos, w.n_tiles);
+
+      mbar_wait(&s.full_k[stage], phase);
+      named_barrier_sync(kTurnBarrier + wg, 256);
+      issue_qk(sc, stage);
+      if (pending_pv) {
+        mbar_wait(&s.full_v[pending_stage], ((pos - 1) / Cfg::kStages) & 1);
+        zero_v_tail(pending_stage, pending_tile);
+        issue_pv(pending_stage);
+      }
+      wgmma_commit();
+      named_barrier_arrive(kTurnBarrier + (1 - wg), 256);
+      wgmma_wait<1>();
+      fence_registers(sc);
+      release(&s.empty_k[stage]);
+
+      float mx[2];
+      scale_and_max(sc, tile, tile_needs_mask(tile), mx);
+      bool skip = false;
+      if constexpr (kSkip) {
+        // Tiles no row of this warpgroup can see are not visited in the reference's sense.
+        const bool visible = tile_visible(tile);
+        skip = vote_skip(mx);
+        visited += visible;
+        skipped += visible && skip;
+      }
+      float corr[2] = {1.f, 1.f};
+      if (!skip) softmax(sc, mx, corr);
+
+      // The previous P V must finish before O is rescaled and pa is overwritten.
+      wgmma_wait<0>();
+      fence_registers(o);
+      fence_registers(pa);
+      if (pending_pv) release(&s.empty_v[pending_stage]);
+      if (skip) {
+        // The V tile of a skipped tile is never read: wait for its copy to land, then free it.
+        mbar_wait(&s.full_v[stage], phase);
+        release(&s.empty_v[stage]);
+        pending_pv = false;
+        continue;
+      }
+      rescale_o(corr);
+      convert_p(sc);
+      pending_pv = true;
+      pending_stage = stage;
+      pending_tile = tile;
+    }
+    if (pending_pv) {
+      mbar_wait(&s.full_v[pending_stage], ((w.n_tiles - 1) / Cfg::kStages) & 1);
+      zero_v_tail(pending_stage, pending_tile);
+      issue_pv(pending_stage);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(o);
+      release(&s.empty_v[pending_stage]);
+    }
+    // Warpgroup 1 handed warpgroup 0 one turn more than it took (the first): take it back, so
+    // that every arrival on a turn barrier meets its sync.
+    if (wg == 0) named_barrier_sync(kTurnBarrier, 256);
+
+    if constexpr (kSkip) {
+      if (p.stats != nullptr && tid == 0 && visited > 0) {
+        const int seq = blockIdx.z;
+        atomicAdd(&p.stats[2 * seq], static_cast<unsigned long long>(visited));
+        atomicAdd(&p.stats[2 * seq + 1], static_cast<unsigned long long>(skipped));
+      }
+    }
+    store_output();
+  }
+
+  __device__ void store_output() {
+    const int lane = tid % 32;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float sum = l[i];
+      sum += __shfl_xor_sync(0xffffffff, sum, 1);
+      sum += __shfl_xor_sync(0xffffffff, sum, 2);
+      const float inv = 1.f / sum;
+      const int row = row0 + 8 * i;
+      if (row >= w.q_len) continue;
+      auto* out = reinterpret_cast<std::uint32_t*>(p.out) +
+                  ((static_cast<std::int64_t>(w.q_start + row) * p.num_heads_q + w.head) *
+                   kHeadDim) / 2;
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j) {
+        out[4 * j + lane % 4] =
+            hopper::pack_half2<kBf16>(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
+      }
+    }
+  }
+};
+
+template <bool kBf16, int kHeadDim, bool kCausal, bool kSkip>
+__global__ void __launch_bounds__(TileConfig<kHeadDim>::kThreads, 1)
+    prefill_kernel(const __grid_constant__ Params p) {
+  using Cfg = TileConfig<kHeadDim>;
+  using namespace hopper;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  auto& s = *reinterpret_cast<SharedStorage<kHeadDim>*>(smem_raw);
+
+  CtaWork w;
+  if (!find_work<kHeadDim, kCausal>(p, w)) return;
+
+  // Read through a shuffle so that the compiler knows it is uniform across the warp: wgmma must
+  // not sit in what ptxas considers divergent code.
+  const int warpgroup = __shfl_sync(0xffffffff, static_cast<int>(threadIdx.x / 128), 0);
+  if (threadIdx.x == 0) {
+    tma_prefetch_descriptor(&p.tma_q);
+    tma_prefetch_descriptor(&p.tma_k);
+    tma_prefetch_descriptor(&p.tma_v);
+    mbar_init(&s.full_q, 1);
+    for (int i = 0; i < Cfg::kStages; ++i) {
+      mbar_init(&s.full_k[i], 1);
+      mbar_init(&s.full_v[i], 1);
+      mbar_init(&s.empty_k[i], 8);  // one arrival per consumer warp
+      mbar_init(&s.empty_v[i], 8);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    reg_dealloc<24>();
+    if (threadIdx.x == 0) produce<kBf16, kHeadDim>(p, w, s);
+  } else {
+    reg_alloc<240>();
+    Consumer<kBf16, kHeadDim, kCausal, kSkip> c{p, w, s};
+    c.wg = warpgroup - 1;
+    c.tid = threadIdx.x % 128;
+    // Warpgroup 0 issues first: give it the turn the other would have handed over.
+    if (c.wg == 1) named_barrier_arrive(kTurnBarrier + 0, 256);
+    c.run();
+  }
+}
+
+}  // namespace skipsoftmax::prefill

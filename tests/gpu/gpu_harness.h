@@ -1,0 +1,184 @@
+// Device buffers and packed ragged batches for the GPU tests and benchmarks.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bf16.h"
+#include "npy.h"
+#include "skipsoftmax/prefill.h"
+#include "skipsoftmax/reference.h"
+#include "synthetic.h"
+
+namespace skipsoftmax::gpu {
+
+inline void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) { check(cudaMalloc(&ptr_, bytes), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
+  void* get() const { return ptr_; }
+  std::size_t bytes() const { return bytes_; }
+  template <typename T>
+  void upload(const std::vector<T>& host) {
+    check(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  }
+  template <typename T>
+  std::vector<T> download(std::size_t count) const {
+    std::vector<T> host(count);
+    check(cudaMemcpy(host.data(), ptr_, count * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return host;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_;
+};
+
+inline std::uint16_t to_bits(float x, DType t) {
+  return t == DType::kBF16 ? float_to_bf16(x) : float_to_half(x);
+}
+inline float from_bits(std::uint16_t b, DType t) {
+  return t == DType::kBF16 ? bf16_to_float(b) : half_to_float(b);
+}
+inline std::uint16_t nan_bits(DType t) { return t == DType::kBF16 ? 0x7fc0 : 0x7e00; }
+
+// A ragged batch: each sequence is a synthetic real-structure sequence of kv_len tokens whose
+// last q_len tokens are the queries. Inputs are rounded to the dtype, so that the CPU reference
+// sees exactly what the GPU sees.
+struct HostBatch {
+  DType dtype = DType::kBF16;
+  int hq = 0, hkv = 0, dim = 0;
+  std::vector<std::int64_t> q_lens, kv_lens;
+  std::vector<float> q, k, v;  // widened from the 16-bit values
+  std::vector<std::int32_t> cu_q, cu_k;
+  int max_q = 0, max_k = 0;
+  bool history = false;
+};
+
+inline HostBatch make_host_batch(DType dtype, int hq, int hkv, int dim,
+                                 const std::vector<std::int64_t>& q_lens,
+                                 const std::vector<std::int64_t>& kv_lens, std::uint64_t seed,
+                                 const SyntheticSpec& shape = {}) {
+  HostBatch b;
+  b.dtype = dtype;
+  b.hq = hq;
+  b.hkv = hkv;
+  b.dim = dim;
+  b.q_lens = q_lens;
+  b.kv_lens = kv_lens;
+  b.cu_q = {0};
+  b.cu_k = {0};
+  for (std::size_t i = 0; i < q_lens.size(); ++i) {
+    SyntheticSpec spec = shape;
+    spec.tokens = kv_lens[i];
+    spec.num_heads_q = hq;
+    spec.num_heads_kv = hkv;
+    spec.head_dim = dim;
+    spec.seed = seed + i;
+    const SyntheticQkv s = make_structured_qkv(spec);
+    const std::size_t q_row = static_cast<std::size_t>(hq) * dim;
+    b.q.insert(b.q.end(), s.q.end() - static_cast<std::ptrdiff_t>(q_lens[i] * q_row), s.q.end());
+    b.k.insert(b.k.end(), s.k.begin(), s.k.end());
+    b.v.insert(b.v.end(), s.v.begin(), s.v.end());
+    b.cu_q.push_back(b.cu_q.back() + static_cast<std::int32_t>(q_lens[i]));
+    b.cu_k.push_back(b.cu_k.back() + static_cast<std::int32_t>(kv_lens[i]));
+    b.max_q = std::max<int>(b.max_q, static_cast<int>(q_lens[i]));
+    b.max_k = std::max<int>(b.max_k, static_cast<int>(kv_lens[i]));
+    b.history |= kv_lens[i] > q_lens[i];
+  }
+  for (auto* t : {&b.q, &b.k, &b.v}) {
+    for (float& x : *t) x = from_bits(to_bits(x, dtype), dtype);
+  }
+  return b;
+}
+
+// 16-bit values of x followed by `pad_rows` rows of NaN.
+inline std::vector<std::uint16_t> padded_bits(const std::vector<float>& x, std::size_t row,
+                                              std::size_t pad_rows, DType t) {
+  std::vector<std::uint16_t> bits(x.size() + pad_rows * row, nan_bits(t));
+  for (std::size_t i = 0; i < x.size(); ++i) bits[i] = to_bits(x[i], t);
+  return bits;
+}
+
+inline DeviceBuffer upload_bits(const std::vector<std::uint16_t>& bits) {
+  DeviceBuffer d(bits.size() * 2);
+  d.upload(bits);
+  return d;
+}
+
+// The batch on the device, with kPad NaN rows after every tensor (reads past the end fail
+// loudly) and a NaN-poisoned output (unwritten elements fail loudly).
+struct DeviceBatch {
+  static constexpr std::size_t kPad = 256;
+  DeviceBuffer q, k, v, out, cu_q, cu_k;
+  std::int64_t total_q, total_k;
+  explicit DeviceBatch(const HostBatch& b)
+      : q(upload_bits(padded_bits(b.q, std::size_t(b.hq) * b.dim, kPad, b.dtype))),
+        k(upload_bits(padded_bits(b.k, std::size_t(b.hkv) * b.dim, kPad, b.dtype))),
+        v(upload_bits(padded_bits(b.v, std::size_t(b.hkv) * b.dim, kPad, b.dtype))),
+        out(q.bytes()),
+        cu_q(b.cu_q.size() * 4),
+        cu_k(b.cu_k.size() * 4),
+        total_q(b.cu_q.back()),
+        total_k(b.cu_k.back()) {
+    poison_output(b.dtype);
+    cu_q.upload(b.cu_q);
+    cu_k.upload(b.cu_k);
+  }
+  void poison_output(DType t) {
+    out.upload(std::vector<std::uint16_t>(out.bytes() / 2, nan_bits(t)));
+  }
+};
+
+inline PrefillArguments prefill_args(const HostBatch& b, const DeviceBatch& d, bool causal,
+                                     Threshold threshold, KvOrder order) {
+  PrefillArguments a;
+  a.dtype = b.dtype;
+  a.head_dim = b.dim;
+  a.q = d.q.get();
+  a.k = d.k.get();
+  a.v = d.v.get();
+  a.out = d.out.get();
+  a.cu_seqlens_q = static_cast<const std::int32_t*>(d.cu_q.get());
+  a.cu_seqlens_k = static_cast<const std::int32_t*>(d.cu_k.get());
+  a.batch = static_cast<int>(b.q_lens.size());
+  a.total_q = d.total_q;
+  a.total_k = d.total_k;
+  a.max_seqlen_q = b.max_q;
+  a.max_seqlen_k = b.max_k;
+  a.kv_history = b.history;
+  a.num_heads_q = b.hq;
+  a.num_heads_kv = b.hkv;
+  a.causal = causal;
+  a.threshold = std::move(threshold);
+  a.kv_order = order;
+  return a;
+}
+
+inline PrefillProblem reference_problem(const HostBatch& b, bool causal) {
+  PrefillProblem p;
+  p.q = b.q.data();
+  p.k = b.k.data();
+  p.v = b.v.data();
+  p.num_heads_q = b.hq;
+  p.num_heads_kv = b.hkv;
+  p.head_dim = b.dim;
+  p.cu_seqlens_q.assign(b.cu_q.begin(), b.cu_q.end());
+  p.cu_seqlens_k.assign(b.cu_k.begin(), b.cu_k.end());
+  p.causal = causal;
+  return p;
+}
+
+}  // namespace skipsoftmax::gpu
