@@ -1,0 +1,164 @@
+// Checkpoint and engine configuration: which threshold each phase deploys, and where it came from.
+//
+// A checkpoint's config.json may carry, per phase (<phase> is prefill or decode):
+//   skip_softmax_<phase>_scale_table      the deployed table, [[seqlen_bin, S], ...]
+//   skip_softmax_<phase>_scale_tables     calibrated tiers, {"50%": table, "75%": table, ...}
+//   skip_softmax_<phase>_target_sparsity  the deployed tier, 0.75 or "75%"
+// and skip_softmax_prefill_shape_advice (informational, never read by export). Every other key
+// belongs to the model and is preserved wherever the checkpoint config is rewritten.
+//
+// `skipsoftmax export` resolves one Threshold per phase, first match wins:
+//   1. --skip-softmax-<phase>-scale-table FILE|none|0, or --skip-softmax-<phase>-threshold LAMBDA;
+//   2. --<phase>-target-sparsity R: tier R of skip_softmax_<phase>_scale_tables;
+//   3. the checkpoint: its target_sparsity tier, else its scale_table, else dense.
+// The engine's config.json then holds:
+//   checkpoint_dir                  absolute path of the checkpoint
+//   model_config                    the checkpoint's non-skip keys
+//   skip_softmax_<phase>_scale_table or skip_softmax_<phase>_threshold  (neither: dense)
+//   skip_softmax_<phase>_source     how export chose it, for people
+// The runtime reads the engine config at load time, so editing it re-targets the engine.
+#pragma once
+
+#include <array>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "skipsoftmax/threshold.h"
+
+namespace skipsoftmax {
+
+enum class Phase { kPrefill, kDecode };
+inline constexpr std::array<Phase, 2> kPhases = {Phase::kPrefill, Phase::kDecode};
+const char* to_string(Phase phase);  // "prefill", "decode"
+
+template <typename T>
+struct PerPhase {
+  T prefill{};
+  T decode{};
+  T& operator[](Phase p) { return p == Phase::kPrefill ? prefill : decode; }
+  const T& operator[](Phase p) const { return p == Phase::kPrefill ? prefill : decode; }
+};
+
+inline constexpr std::string_view kConfigFileName = "config.json";
+inline constexpr std::string_view kSkipKeyPrefix = "skip_softmax_";
+inline constexpr std::string_view kShapeAdviceKey = "skip_softmax_prefill_shape_advice";
+inline constexpr std::string_view kCheckpointDirKey = "checkpoint_dir";
+inline constexpr std::string_view kModelConfigKey = "model_config";
+
+std::string scale_table_key(Phase phase);      // skip_softmax_<phase>_scale_table
+std::string scale_tables_key(Phase phase);     // skip_softmax_<phase>_scale_tables
+std::string target_sparsity_key(Phase phase);  // skip_softmax_<phase>_target_sparsity
+std::string threshold_key(Phase phase);        // skip_softmax_<phase>_threshold (engine)
+std::string source_key(Phase phase);           // skip_softmax_<phase>_source (engine)
+
+std::string scale_table_flag(Phase phase);      // --skip-softmax-<phase>-scale-table
+std::string threshold_flag(Phase phase);        // --skip-softmax-<phase>-threshold
+std::string target_sparsity_flag(Phase phase);  // --<phase>-target-sparsity
+
+// Tiers are compared numerically: "75%", "75.0%" and 0.75 name the same tier.
+inline constexpr double kTierTolerance = 1e-9;
+
+// "0.75" or "75%" -> 0.75. Throws std::invalid_argument unless the value lies in (0, 1).
+double parse_target_sparsity(std::string_view text);
+// 0.75 -> "75%", 0.725 -> "72.5%".
+std::string format_percent(double fraction);
+
+struct Tier {
+  std::string key;  // as spelled in the checkpoint, e.g. "75%"
+  double sparsity;  // the key as a fraction
+  ScaleTable table;
+};
+
+struct CheckpointPhase {
+  std::optional<ScaleTable> scale_table;
+  std::vector<Tier> tiers;  // by increasing sparsity
+  std::optional<double> target_sparsity;
+
+  // The tier within kTierTolerance of `sparsity`, or nullptr.
+  const Tier* find_tier(double sparsity) const;
+  // "50%, 75%", or "none".
+  std::string tier_list() const;
+};
+
+struct CheckpointConfig {
+  PerPhase<CheckpointPhase> phases;
+  std::optional<std::string> shape_advice_json;  // informational, never read by export
+  std::vector<std::string> unknown_skip_keys;    // skip_softmax_* keys nothing here reads
+  std::string model_config_json;                 // the non-skip keys, as a JSON object
+};
+
+// Throws std::invalid_argument("<context>: <key>: ...") for malformed JSON, a config that is not
+// an object, or a malformed skip key (bad table, tier or target sparsity).
+CheckpointConfig parse_checkpoint_config(std::string_view json_text, const std::string& context);
+// Reads <checkpoint_dir>/config.json.
+CheckpointConfig load_checkpoint_config(const std::filesystem::path& checkpoint_dir);
+
+// Applies `updates_json`, an object of skip_softmax_* keys (null removes a key), to a checkpoint
+// config and returns the new text. Every other key and the key order are kept. Throws if an
+// update key does not start with skip_softmax_ or if the result is not a valid checkpoint config.
+std::string merge_skip_keys(std::string_view config_json, std::string_view updates_json,
+                            const std::string& context);
+// The same on <checkpoint_dir>/config.json, rewritten atomically.
+void update_checkpoint_skip_keys(const std::filesystem::path& checkpoint_dir,
+                                 std::string_view updates_json);
+
+// The argument of --skip-softmax-<phase>-scale-table.
+struct TableFlag {
+  std::string spelled;  // as given: a table file, "none" or "0"
+  ScaleTable table;     // empty (dense) for "none" and "0"
+};
+// Reads the table file unless `arg` is "none" or "0".
+TableFlag load_table_flag(const std::string& arg);
+
+struct PhaseFlags {
+  std::optional<TableFlag> scale_table{};        // level 1
+  std::optional<double> threshold{};             // level 1, exclusive with scale_table
+  std::optional<std::string> target_sparsity{};  // level 2, "0.75" or "75%"
+};
+
+struct ResolvedPhase {
+  Threshold threshold;
+  std::string source;  // e.g. "checkpoint tier 75%", "dense (no table)"
+};
+
+struct ExportPlan {
+  PerPhase<ResolvedPhase> phases;
+  std::vector<std::string> notes;  // one line each: overridden flags, unread checkpoint keys
+};
+
+// Resolves each phase independently by the precedence above. Throws std::invalid_argument for
+// conflicting flags, a malformed or unknown tier (the message lists the tiers available), or a
+// checkpoint target_sparsity whose tier is missing.
+ExportPlan plan_export(const CheckpointConfig& checkpoint, const PerPhase<PhaseFlags>& flags);
+
+// The engine config.json text. checkpoint_dir should be absolute.
+std::string engine_config_json(const std::filesystem::path& checkpoint_dir,
+                               const CheckpointConfig& checkpoint, const ExportPlan& plan);
+
+// Plans from <checkpoint_dir>/config.json and writes <engine_dir>/config.json atomically, creating
+// engine_dir if needed. Nothing is written when anything fails. Returns the plan for its notes.
+ExportPlan export_engine(const std::filesystem::path& checkpoint_dir,
+                         const std::filesystem::path& engine_dir,
+                         const PerPhase<PhaseFlags>& flags);
+
+struct EngineConfig {
+  std::filesystem::path checkpoint_dir;
+  std::string model_config_json;  // "{}" when absent
+  // source names the engine key the threshold came from and what export recorded.
+  PerPhase<ResolvedPhase> phases;
+};
+
+// Strict: an unknown skip_softmax_* key, a table and a threshold for one phase, a malformed table
+// or a threshold outside [0, 1) throws std::invalid_argument naming the key.
+EngineConfig parse_engine_config(std::string_view json_text, const std::string& context);
+// Reads <engine_dir>/config.json.
+EngineConfig load_engine_config(const std::filesystem::path& engine_dir);
+
+// True when <dir>/config.json is an engine config (it has checkpoint_dir). Throws when the file is
+// missing or malformed.
+bool is_engine_dir(const std::filesystem::path& dir);
+
+}  // namespace skipsoftmax

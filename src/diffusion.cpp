@@ -1,0 +1,330 @@
+#include "skipsoftmax/diffusion.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "file_io.h"
+#include "skipsoftmax/schedule.h"
+
+namespace skipsoftmax {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kBlockKey = "sparse_attention_config";
+constexpr const char* kSupportedFormula = "a * exp(b * target_sparsity)";
+
+std::invalid_argument error_in(const std::string& where, const std::string& what) {
+  return std::invalid_argument(where + ": " + what);
+}
+
+json parse_json_text(std::string_view text, const std::string& context) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw error_in(context, "malformed JSON at byte " + std::to_string(e.byte) + " (" +
+                                std::to_string(text.size()) + " bytes)");
+  }
+}
+
+std::string without_spaces(std::string s) {
+  s.erase(std::remove_if(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); }),
+          s.end());
+  return s;
+}
+
+struct Calibration {
+  double a = 0.0;  // scale factor F = a * exp(b * target_sparsity)
+  double b = 0.0;
+};
+
+// What the block contributes: the calibrated curve (if any), the ignore patterns, notes.
+struct BlockContents {
+  std::optional<Calibration> calibration;
+  std::vector<std::string> ignore;
+  std::vector<std::string> notes;
+};
+
+double finite_number(const json& parent, const char* key, const std::string& where) {
+  if (!parent.contains(key) || !parent.at(key).is_number()) {
+    throw error_in(where + "." + key, "missing or not a number");
+  }
+  const double value = parent.at(key).get<double>();
+  if (!std::isfinite(value)) throw error_in(where + "." + key, "must be finite");
+  return value;
+}
+
+Calibration read_coefficients(const json& c, const std::string& where) {
+  if (!c.is_object()) throw error_in(where, "expected {\"a\": ..., \"b\": ...}");
+  const Calibration cal{finite_number(c, "a", where), finite_number(c, "b", where)};
+  if (cal.a <= 0.0) throw error_in(where + ".a", "must be > 0 (the scale factor at sparsity 0)");
+  return cal;
+}
+
+Calibration read_calibration(const json& tsf, const std::string& where,
+                             std::vector<std::string>& notes) {
+  if (!tsf.is_object()) {
+    throw error_in(where, "expected {\"formula\": \"" + std::string(kSupportedFormula) +
+                              "\", \"coefficients\": {\"a\": ..., \"b\": ...}}, got " +
+                              tsf.type_name());
+  }
+  if (!tsf.contains("formula") || !tsf.at("formula").is_string()) {
+    throw error_in(where + ".formula",
+                   "missing; expected \"" + std::string(kSupportedFormula) + "\"");
+  }
+  const std::string formula = tsf.at("formula").get<std::string>();
+  if (without_spaces(formula) != without_spaces(kSupportedFormula)) {
+    throw error_in(where + ".formula",
+                   "\"" + formula + "\" is not supported; only \"" + kSupportedFormula + "\" is");
+  }
+  const bool has_coefficients = tsf.contains("coefficients");
+  const bool has_prefill = tsf.contains("prefill");
+  if (has_coefficients == has_prefill) {
+    throw error_in(where, "expected exactly one of coefficients and prefill holding a and b");
+  }
+  if (tsf.contains("decode")) {
+    notes.push_back(where + ".decode is not read: diffusion attention has no decode phase");
+  }
+  const char* key = has_coefficients ? "coefficients" : "prefill";
+  return read_coefficients(tsf.at(key), where + "." + key);
+}
+
+std::vector<std::string> read_patterns(const json& ignore, const std::string& where) {
+  if (!ignore.is_array()) throw error_in(where, "expected an array of fnmatch patterns");
+  std::vector<std::string> patterns;
+  for (const json& p : ignore) {
+    if (!p.is_string()) throw error_in(where, "pattern " + p.dump() + " is not a string");
+    patterns.push_back(p.get<std::string>());
+  }
+  return patterns;
+}
+
+void note_unread_keys(const json& body, const std::string& where, BlockContents& contents) {
+  for (const char* key : {"target_sparsity", "disabled_until_timestep"}) {
+    if (body.contains(key)) {
+      contents.notes.push_back(where + "." + key + " = " + body.at(key).dump() +
+                               " is not read: the request supplies " + key);
+    }
+  }
+  if (body.contains("targets")) {
+    contents.notes.push_back(where + ".targets is not read: every attention module that no " +
+                             "ignore pattern matches may skip");
+  }
+}
+
+// The fields of a skip_softmax configuration, at the top level or inside a group.
+void read_skip_body(const json& body, const std::string& where, BlockContents& contents) {
+  if (body.contains("threshold_scale_factor")) {
+    contents.calibration = read_calibration(body.at("threshold_scale_factor"),
+                                            where + ".threshold_scale_factor", contents.notes);
+  }
+  if (body.contains("ignore"))
+    contents.ignore = read_patterns(body.at("ignore"), where + ".ignore");
+  note_unread_keys(body, where, contents);
+}
+
+BlockContents read_block(const json& block) {
+  const std::string root = kBlockKey;
+  if (!block.is_object()) {
+    throw error_in(root, "expected an object, got " + std::string(block.type_name()));
+  }
+  BlockContents contents;
+  if (!block.contains("config_groups")) {
+    read_skip_body(block, root, contents);
+    return contents;
+  }
+  for (const char* key : {"threshold_scale_factor", "ignore"}) {
+    if (block.contains(key)) {
+      throw error_in(root, std::string(key) +
+                               " beside config_groups mixes the two schemas; move "
+                               "it into the skip_softmax group");
+    }
+  }
+  note_unread_keys(block, root, contents);
+  const std::string groups_where = root + ".config_groups";
+  const json& groups = block.at("config_groups");
+  if (!groups.is_object()) throw error_in(groups_where, "expected an object of groups");
+  std::string chosen;
+  for (const auto& item : groups.items()) {
+    const std::string where = groups_where + "." + item.key();
+    if (!item.value().is_object()) throw error_in(where, "expected an object");
+    const json algorithm = item.value().value("algorithm", json());
+    if (algorithm != "skip_softmax") {
+      contents.notes.push_back(where + " (algorithm " + algorithm.dump() +
+                               ") is not a skip_softmax group and is not read");
+      continue;
+    }
+    if (!chosen.empty()) {
+      throw error_in(groups_where, "two skip_softmax groups, " + chosen + " and " + item.key());
+    }
+    chosen = item.key();
+    read_skip_body(item.value(), where, contents);
+  }
+  if (chosen.empty()) contents.notes.push_back(groups_where + " has no skip_softmax group");
+  return contents;
+}
+
+Threshold requested_threshold(const DiffusionRequest& request,
+                              const std::optional<Calibration>& calibration) {
+  if (request.threshold) {
+    try {
+      return Threshold::flat(*request.threshold);
+    } catch (const std::invalid_argument& e) {
+      throw error_in("threshold", e.what());
+    }
+  }
+  if (!request.target_sparsity) return Threshold::dense();
+  const double s = *request.target_sparsity;
+  if (!(s >= 0.0 && s <= 1.0)) {
+    std::ostringstream msg;
+    msg << "target_sparsity " << s << " is outside [0, 1]";
+    throw std::invalid_argument(msg.str());
+  }
+  if (!calibration) {
+    throw std::invalid_argument(
+        "target_sparsity needs the checkpoint's calibration (" + std::string(kBlockKey) +
+        " threshold_scale_factor) and this checkpoint has none; set threshold (lambda in [0, 1)) "
+        "instead");
+  }
+  const double factor = calibration->a * std::exp(calibration->b * s);
+  try {
+    // lambda = F / L, dense when F >= L: exactly the one-row table [[1, F]].
+    return Threshold::table(ScaleTable({{1, factor}}));
+  } catch (const std::invalid_argument& e) {
+    throw error_in("target_sparsity scale factor a * exp(b * s)", e.what());
+  }
+}
+
+DiffusionSkipConfig resolve(const json* block, const DiffusionRequest& request,
+                            std::string component, TimestepGate::WarningSink warn) {
+  if (request.threshold && request.target_sparsity) {
+    throw std::invalid_argument(
+        "the request sets both threshold and target_sparsity; they are two ways to the same "
+        "lambda, set one");
+  }
+  TimestepGate gate(request.disabled_until_timestep, std::move(warn));
+  BlockContents contents = block ? read_block(*block) : BlockContents{};
+  Threshold threshold = requested_threshold(request, contents.calibration);
+  return DiffusionSkipConfig(std::move(component), std::move(threshold), std::move(contents.ignore),
+                             std::move(gate), std::move(contents.notes));
+}
+
+double number_or_throw(const json& value, const std::string& key) {
+  if (!value.is_number()) {
+    throw error_in("diffusion request: " + key,
+                   "expected a number, got " + std::string(value.type_name()));
+  }
+  return value.get<double>();
+}
+
+}  // namespace
+
+DiffusionRequest parse_diffusion_request(std::string_view json_text) {
+  const json j = parse_json_text(json_text, "diffusion request");
+  if (!j.is_object()) throw error_in("diffusion request", "expected a JSON object");
+  DiffusionRequest request;
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    if (key == "threshold") {
+      request.threshold = number_or_throw(item.value(), key);
+    } else if (key == "target_sparsity") {
+      request.target_sparsity = number_or_throw(item.value(), key);
+    } else if (key == "disabled_until_timestep") {
+      request.disabled_until_timestep = number_or_throw(item.value(), key);
+    } else {
+      throw error_in(
+          "diffusion request",
+          "unknown key " + key + " (known: threshold, target_sparsity, disabled_until_timestep)");
+    }
+  }
+  return request;
+}
+
+TimestepGate::TimestepGate(double disabled_until_timestep, WarningSink warn)
+    : disabled_until_(disabled_until_timestep), warn_(std::move(warn)) {
+  validate_cutoff(disabled_until_);
+}
+
+bool TimestepGate::allows_skip(std::optional<double> timestep) {
+  if (disabled_until_ == 0.0) return true;  // the sentinel: no gate, t is not read
+  if (timestep && std::isfinite(*timestep)) return !dense_at_timestep(*timestep, disabled_until_);
+  if (!warned_) {
+    warned_ = true;
+    std::ostringstream msg;
+    msg << "disabled_until_timestep=" << disabled_until_
+        << " is set but the pipeline publishes no timestep; attention stays dense";
+    if (warn_) {
+      warn_(msg.str());
+    } else {
+      std::cerr << "skipsoftmax: warning: " << msg.str() << '\n';
+    }
+  }
+  return false;
+}
+
+DiffusionSkipConfig::DiffusionSkipConfig(std::string component, Threshold threshold,
+                                         std::vector<std::string> ignore, TimestepGate gate,
+                                         std::vector<std::string> notes)
+    : component_(std::move(component)),
+      threshold_(std::move(threshold)),
+      ignore_(std::move(ignore)),
+      gate_(std::move(gate)),
+      notes_(std::move(notes)) {}
+
+double DiffusionSkipConfig::lambda_for(const std::string& module_name, std::int64_t max_kv_len,
+                                       std::optional<double> timestep) {
+  if (threshold_.never_skips() || is_ignored(module_name)) return 0.0;
+  if (!gate_.allows_skip(timestep)) return 0.0;
+  return threshold_.lambda_for(max_kv_len);
+}
+
+bool DiffusionSkipConfig::is_ignored(const std::string& module_name) const {
+  const std::string prefix = component_ + ".";
+  const bool prefixed = !component_.empty() && module_name.starts_with(prefix);
+  const std::string relative = prefixed ? module_name.substr(prefix.size()) : module_name;
+  // FNM_NOESCAPE: ModelOpt writes Python fnmatch patterns, which have no escape character.
+  const auto matches = [](const std::string& pattern, const std::string& name) {
+    return fnmatch(pattern.c_str(), name.c_str(), FNM_NOESCAPE) == 0;
+  };
+  return std::any_of(ignore_.begin(), ignore_.end(), [&](const std::string& pattern) {
+    return matches(pattern, module_name) || matches(pattern, relative);
+  });
+}
+
+DiffusionSkipConfig resolve_diffusion_config(std::string_view block_json,
+                                             const DiffusionRequest& request, std::string component,
+                                             TimestepGate::WarningSink warn) {
+  if (block_json.empty()) return resolve(nullptr, request, std::move(component), std::move(warn));
+  const json block = parse_json_text(block_json, kBlockKey);
+  return resolve(&block, request, std::move(component), std::move(warn));
+}
+
+DiffusionSkipConfig load_diffusion_config(const fs::path& component_dir,
+                                          const DiffusionRequest& request,
+                                          TimestepGate::WarningSink warn) {
+  fs::path dir = fs::absolute(component_dir).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();  // "transformer/" names transformer
+  const fs::path path = component_dir / "config.json";
+  const json config = read_json_file(path);
+  if (!config.is_object()) throw error_in(path.string(), "expected a JSON object");
+  const bool has_block = config.contains(kBlockKey) && !config.at(kBlockKey).is_null();
+  try {
+    return resolve(has_block ? &config.at(kBlockKey) : nullptr, request, dir.filename().string(),
+                   std::move(warn));
+  } catch (const std::invalid_argument& e) {
+    throw error_in(path.string(), e.what());
+  }
+}
+
+}  // namespace skipsoftmax

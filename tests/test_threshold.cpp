@@ -1,0 +1,268 @@
+// The table, guard, first-skippable-length and dispatch rules of threshold.h, and the JSON form of
+// tables (table_json.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "skipsoftmax/threshold.h"
+#include "table_json.h"
+
+namespace skipsoftmax {
+namespace {
+
+using nlohmann::json;
+
+// Bins 1024 and 4096; S stays below the bins, so each row skips from its own first length on.
+ScaleTable two_row_table() { return ScaleTable({{1024, 2048.0}, {4096, 3000.0}}); }
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ScaleTable, EmptyIsDenseEverywhere) {
+  const ScaleTable t;
+  EXPECT_TRUE(t.empty());
+  EXPECT_EQ(t.lambda_for(1), 0.0);
+  EXPECT_EQ(t.lambda_for(1 << 30), 0.0);
+  EXPECT_EQ(t.first_skippable_length(), kNeverSkippable);
+}
+
+TEST(ScaleTable, LookupAtBinEdges) {
+  const ScaleTable t = two_row_table();
+  EXPECT_EQ(t.lambda_for(1023), 0.0);                     // bin - 1: below the first bin
+  EXPECT_EQ(t.lambda_for(1024), 0.0);                     // bin: S = 2048 >= L, the guard
+  EXPECT_EQ(t.lambda_for(2048), 0.0);                     // L = S: still guarded
+  EXPECT_DOUBLE_EQ(t.lambda_for(2049), 2048.0 / 2049.0);  // S + 1
+  EXPECT_DOUBLE_EQ(t.lambda_for(4095), 2048.0 / 4095.0);  // last length of row 0
+  EXPECT_DOUBLE_EQ(t.lambda_for(4096), 3000.0 / 4096.0);  // second bin: row 1
+  EXPECT_DOUBLE_EQ(t.lambda_for(100000), 3000.0 / 100000.0);
+}
+
+TEST(ScaleTable, SBelowBinSkipsFromTheBin) {
+  const ScaleTable t({{100, 50.0}});
+  EXPECT_EQ(t.lambda_for(99), 0.0);
+  EXPECT_DOUBLE_EQ(t.lambda_for(100), 0.5);
+  EXPECT_EQ(t.first_skippable_length(), 100);
+}
+
+TEST(ScaleTable, FirstSkippableLengthIntegralS) {
+  // lambda > 0 needs L > S: L = S is guarded, S + 1 is the first.
+  const ScaleTable t({{100, 150.0}});
+  EXPECT_EQ(t.first_skippable_length(), 151);
+  EXPECT_EQ(t.lambda_for(150), 0.0);
+  EXPECT_GT(t.lambda_for(151), 0.0);
+}
+
+TEST(ScaleTable, FirstSkippableLengthFractionalS) {
+  const ScaleTable t({{100, 150.5}});
+  EXPECT_EQ(t.first_skippable_length(), 151);
+  EXPECT_EQ(t.lambda_for(150), 0.0);
+  EXPECT_DOUBLE_EQ(t.lambda_for(151), 150.5 / 151.0);
+}
+
+TEST(ScaleTable, RowWhoseSExceedsTheNextBinIsNeverSkippable) {
+  // Row 0 serves [100, 200) but needs L > 500; row 1 skips from its bin.
+  const ScaleTable t({{100, 500.0}, {200, 50.0}});
+  EXPECT_EQ(t.first_skippable_length(), 200);
+  EXPECT_EQ(t.lambda_for(199), 0.0);
+  EXPECT_DOUBLE_EQ(t.lambda_for(200), 0.25);
+}
+
+TEST(ScaleTable, SEqualToNextBinMinusOneLeavesNoSkippableLengthInTheRow) {
+  // Row 0 would skip from 200, which already belongs to row 1 (S = 1000): first is 1001.
+  const ScaleTable t({{100, 199.0}, {200, 1000.0}});
+  EXPECT_EQ(t.first_skippable_length(), 1001);
+  EXPECT_EQ(t.lambda_for(199), 0.0);
+  EXPECT_EQ(t.lambda_for(200), 0.0);
+  EXPECT_EQ(t.lambda_for(1000), 0.0);
+  EXPECT_DOUBLE_EQ(t.lambda_for(1001), 1000.0 / 1001.0);
+}
+
+TEST(ScaleTable, HugeSNeverSkips) {
+  const ScaleTable t({{1, 1e300}});
+  EXPECT_EQ(t.first_skippable_length(), kNeverSkippable);
+  EXPECT_EQ(t.lambda_for(std::numeric_limits<std::int32_t>::max()), 0.0);
+}
+
+TEST(ScaleTable, FirstSkippableLengthAgreesWithLambdaFor) {
+  const ScaleTable tables[] = {two_row_table(), ScaleTable({{100, 500.0}, {200, 50.0}}),
+                               ScaleTable({{100, 199.0}, {200, 1000.0}}),
+                               ScaleTable({{7, 3.25}, {9, 8.5}, {12, 30.0}})};
+  for (const ScaleTable& t : tables) {
+    const std::int64_t first = t.first_skippable_length();
+    for (std::int64_t l = 1; l < first; ++l) EXPECT_EQ(t.lambda_for(l), 0.0) << "L=" << l;
+    EXPECT_GT(t.lambda_for(first), 0.0);
+  }
+}
+
+TEST(ScaleTable, RejectsBadRowsNamingTheRow) {
+  using Rows = std::vector<ScaleTableRow>;
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::pair<Rows, std::string> cases[] = {
+      {Rows{{0, 1.0}}, "row 0 [0, 1]: seqlen_bin must be a positive integer"},
+      {Rows{{-5, 1.0}}, "seqlen_bin must be a positive integer"},
+      {Rows{{1, 0.0}}, "row 0 [1, 0]: S must be finite and > 0"},
+      {Rows{{1, -2.0}}, "S must be finite and > 0"},
+      {Rows{{1, inf}}, "S must be finite and > 0"},
+      {Rows{{1, nan}}, "S must be finite and > 0"},
+      {Rows{{10, 1.0}, {10, 2.0}},
+       "row 1 [10, 2]: bins must be strictly increasing (previous bin 10)"},
+      {Rows{{10, 1.0}, {5, 2.0}}, "bins must be strictly increasing"},
+  };
+  for (const auto& [rows, expected] : cases) {
+    const std::string msg = message_of([&] { ScaleTable t(rows); });
+    EXPECT_NE(msg.find(expected), std::string::npos) << msg;
+  }
+}
+
+TEST(Threshold, DenseNeverSkips) {
+  const Threshold t = Threshold::dense();
+  EXPECT_EQ(t.kind(), Threshold::Kind::kDense);
+  EXPECT_EQ(t.lambda_for(1 << 20), 0.0);
+  EXPECT_TRUE(t.never_skips());
+  EXPECT_EQ(t.describe(), "dense");
+}
+
+TEST(Threshold, EmptyTableIsDense) {
+  EXPECT_EQ(Threshold::table(ScaleTable()), Threshold::dense());
+}
+
+TEST(Threshold, TableDelegatesToTheTable) {
+  const Threshold t = Threshold::table(two_row_table());
+  EXPECT_EQ(t.kind(), Threshold::Kind::kTable);
+  EXPECT_DOUBLE_EQ(t.lambda_for(4096), 3000.0 / 4096.0);
+  EXPECT_EQ(t.first_skippable_length(), 2049);
+  EXPECT_FALSE(t.never_skips());
+  EXPECT_EQ(t.describe(), "table of 2 rows, first skippable length 2049");
+}
+
+TEST(Threshold, FlatIsLengthIndependent) {
+  const Threshold t = Threshold::flat(0.25);
+  EXPECT_EQ(t.kind(), Threshold::Kind::kFlat);
+  EXPECT_EQ(t.lambda_for(0), 0.0);
+  EXPECT_EQ(t.lambda_for(1), 0.25);
+  EXPECT_EQ(t.lambda_for(1 << 30), 0.25);
+  EXPECT_EQ(t.first_skippable_length(), 1);
+  EXPECT_EQ(t.describe(), "flat lambda=0.25");
+}
+
+TEST(Threshold, FlatZeroIsDense) { EXPECT_EQ(Threshold::flat(0.0), Threshold::dense()); }
+
+TEST(Threshold, FlatRejectsLambdaOutsideUnitInterval) {
+  for (double bad : {1.0, 1.5, -0.01, std::numeric_limits<double>::quiet_NaN(),
+                     std::numeric_limits<double>::infinity()}) {
+    EXPECT_THROW(Threshold::flat(bad), std::invalid_argument) << bad;
+  }
+  EXPECT_NE(message_of([] { Threshold::flat(1.0); }).find("outside [0, 1)"), std::string::npos);
+  EXPECT_NO_THROW(Threshold::flat(0.999));
+}
+
+TEST(Dispatch, InitialPrefillBelowAndAtFirstSkippableLength) {
+  const Threshold t = Threshold::table(two_row_table());  // first skippable length 2049
+  EXPECT_EQ(choose_prefill_kernel(t, 2048, false), KernelChoice::kDense);
+  EXPECT_EQ(choose_prefill_kernel(t, 2049, false), KernelChoice::kSkip);
+  EXPECT_EQ(choose_prefill_kernel(t, 100000, false), KernelChoice::kSkip);
+}
+
+TEST(Dispatch, WithHistoryTheSkipKernelGuardsEachSequence) {
+  const Threshold t = Threshold::table(two_row_table());
+  EXPECT_EQ(choose_prefill_kernel(t, 16, true), KernelChoice::kSkip);
+  EXPECT_EQ(choose_prefill_kernel(Threshold::flat(0.1), 1, true), KernelChoice::kSkip);
+}
+
+TEST(Dispatch, DensePolicyAlwaysRunsTheDenseKernel) {
+  for (bool history : {false, true}) {
+    EXPECT_EQ(choose_prefill_kernel(Threshold::dense(), 1 << 20, history), KernelChoice::kDense);
+    const Threshold never = Threshold::table(ScaleTable({{1, 1e300}}));
+    EXPECT_EQ(choose_prefill_kernel(never, 1 << 20, history), KernelChoice::kDense);
+  }
+}
+
+TEST(Dispatch, ToString) {
+  EXPECT_STREQ(to_string(KernelChoice::kDense), "dense");
+  EXPECT_STREQ(to_string(KernelChoice::kSkip), "skip");
+}
+
+TEST(TableJson, ParsesAndRoundTrips) {
+  const json j = json::parse("[[1024, 2048], [4096, 3000.5]]");
+  const ScaleTable t = scale_table_from_json(j, "ctx");
+  EXPECT_EQ(t, ScaleTable({{1024, 2048.0}, {4096, 3000.5}}));
+  EXPECT_EQ(scale_table_from_json(scale_table_to_json(t), "ctx"), t);
+}
+
+TEST(TableJson, EmptyArrayIsTheDenseTable) {
+  EXPECT_TRUE(scale_table_from_json(json::array(), "ctx").empty());
+}
+
+TEST(TableJson, RejectsMalformedTablesNamingTheContext) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"a": 1})", "ctx: a scale table is an array of [seqlen_bin, S] rows, got object"},
+      {"[[1, 2, 3]]", "ctx: row 0 [1,2,3] is not a [seqlen_bin, S] pair of numbers"},
+      {"[[1]]", "is not a [seqlen_bin, S] pair"},
+      {R"([["1", 2]])", "is not a [seqlen_bin, S] pair"},
+      {"[5]", "is not a [seqlen_bin, S] pair"},
+      {"[[1.5, 2]]", "ctx: row 0 [1.5,2]: seqlen_bin must be a positive integer"},
+      {"[[0, 2]]", "seqlen_bin must be a positive integer"},
+      {"[[1e16, 2]]", "seqlen_bin must be a positive integer"},
+      {"[[1, 0]]", "ctx: scale table row 0 [1, 0]: S must be finite and > 0"},
+      {"[[1, -3]]", "S must be finite and > 0"},
+      {"[[8, 1], [4, 1]]", "ctx: scale table row 1 [4, 1]: bins must be strictly increasing"},
+  };
+  for (const auto& [text, expected] : cases) {
+    const std::string msg = message_of([&] { scale_table_from_json(json::parse(text), "ctx"); });
+    EXPECT_NE(msg.find(expected), std::string::npos) << text << " -> " << msg;
+  }
+}
+
+class TableFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (std::filesystem::temp_directory_path() / "skipsoftmax_XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path write(const std::string& text) {
+    const std::filesystem::path p = dir_ / "t.json";
+    std::ofstream(p) << text;
+    return p;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(TableFile, ReadsTheBareArray) {
+  EXPECT_EQ(read_scale_table_file(write("[[16, 4]]")), ScaleTable({{16, 4.0}}));
+}
+
+TEST_F(TableFile, ErrorsNameTheFile) {
+  const std::filesystem::path missing = dir_ / "missing.json";
+  EXPECT_NE(
+      message_of([&] { read_scale_table_file(missing); }).find(missing.string() + ": no such file"),
+      std::string::npos);
+  const std::filesystem::path truncated = write("[[16, 4], [32");
+  EXPECT_NE(message_of([&] {
+              read_scale_table_file(truncated);
+            }).find(truncated.string() + ": malformed JSON at byte"),
+            std::string::npos);
+  const std::filesystem::path bad = write("[[16, -4]]");
+  EXPECT_NE(message_of([&] { read_scale_table_file(bad); }).find(bad.string() + ": "),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace skipsoftmax
