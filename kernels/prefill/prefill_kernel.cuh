@@ -1,7 +1,7 @@
 // The Hopper prefill kernel: FlashAttention with warp specialization, and its skip-softmax twin.
 //
 // One CTA computes a tile of kBlockM = 128 query rows of one query head. Warpgroup 0 is the
-// producer: one thread streams Q once and K/V tiles through a kStages-deep shared-memory pipeline
+// producer: one thread streams Q once and K/V tiles through multi-stage shared-memory pipelines
 // with TMA, each stage guarded by a full and an empty mbarrier. Warpgroups 1 and 2 are consumers,
 // 64 query rows each: S = Q K^T and O += P V run on the tensor cores with wgmma (S from shared
 // memory, P from registers), and the next tile's Q K^T is issued before this tile's P V so that
@@ -29,7 +29,13 @@ struct TileConfig {
   static constexpr int kBlockM = 128;                       // query rows per CTA
   static constexpr int kRowsPerWarpgroup = 64;              // the vote unit's rows
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;  // keys per KV tile
-  static constexpr int kStages = 2;
+#ifndef SKIPSOFTMAX_K_STAGES
+#define SKIPSOFTMAX_K_STAGES 3
+#endif
+  // K runs a stage deeper than V: the next Q K^T must never wait, while V is read a whole
+  // softmax later. 32 + 3 x 32 + 2 x 32 KB for head dim 128; 64 + 3 x 32 + 2 x 32 KB for 256.
+  static constexpr int kStagesK = SKIPSOFTMAX_K_STAGES;
+  static constexpr int kStagesV = 2;
   static constexpr int kBoxCols = 64;  // 16-bit elements per 128-byte swizzled row
   static constexpr int kDBoxes = kHeadDim / kBoxCols;
   static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
@@ -40,14 +46,27 @@ struct alignas(1024) SharedStorage {
   using Cfg = TileConfig<kHeadDim>;
   // Each operand is kDBoxes column blocks of [rows][64] 16-bit elements, 128-byte swizzled.
   std::uint16_t q[Cfg::kBlockM * kHeadDim];
-  std::uint16_t k[Cfg::kStages][Cfg::kBlockN * kHeadDim];
-  std::uint16_t v[Cfg::kStages][Cfg::kBlockN * kHeadDim];
+  std::uint16_t k[Cfg::kStagesK][Cfg::kBlockN * kHeadDim];
+  std::uint16_t v[Cfg::kStagesV][Cfg::kBlockN * kHeadDim];
   std::uint64_t full_q;
-  std::uint64_t full_k[Cfg::kStages];
-  std::uint64_t empty_k[Cfg::kStages];
-  std::uint64_t full_v[Cfg::kStages];
-  std::uint64_t empty_v[Cfg::kStages];
+  std::uint64_t full_k[Cfg::kStagesK];
+  std::uint64_t empty_k[Cfg::kStagesK];
+  std::uint64_t full_v[Cfg::kStagesV];
+  std::uint64_t empty_v[Cfg::kStagesV];
+  // Skip kernels: each consumer warpgroup's verdict on a KV tile, read by the producer before it
+  // loads (or drops) that tile's V. Indexed like the K stages, which bounds how far the consumers
+  // run ahead of the producer.
+  std::uint64_t voted[Cfg::kStagesK];
+  int verdict[Cfg::kStagesK][2];
 };
+static_assert(sizeof(SharedStorage<256>) <= 227 * 1024, "shared memory of an H100/H200 SM");
+
+#ifndef SKIPSOFTMAX_PINGPONG
+#define SKIPSOFTMAX_PINGPONG 1
+#endif
+// The two consumer warpgroups take turns at issuing their matrix products, so that one's softmax
+// runs while the other's products occupy the tensor cores.
+inline constexpr bool kPingPong = SKIPSOFTMAX_PINGPONG;
 
 // Named barrier ids: 0 is __syncthreads. Per consumer warpgroup: one for its vote and one for its
 // turn at issuing matrix products.
@@ -105,10 +124,12 @@ struct CtaWork {
   int head, kv_head;
   int q_start, q_len, kv_start, kv_len;
   int m_block;
-  int n_tiles;  // KV tiles the CTA visits
+  int n_tiles;     // KV tiles the CTA visits
+  float skip_gap;  // raw-score gap below which a row votes skip: log2(lambda) / scale_log2
+  bool voting;     // skip kernel and lambda > 0 for this sequence
 };
 
-template <int kHeadDim, bool kCausal>
+template <int kHeadDim, bool kCausal, bool kSkip>
 __device__ __forceinline__ bool find_work(const Params& p, CtaWork& w) {
   using Cfg = TileConfig<kHeadDim>;
   const int seq = blockIdx.z;
@@ -124,6 +145,14 @@ __device__ __forceinline__ bool find_work(const Params& p, CtaWork& w) {
   const int q_end = min((w.m_block + 1) * Cfg::kBlockM, w.q_len);
   const int keys = kCausal ? w.kv_len - w.q_len + q_end : w.kv_len;
   w.n_tiles = (keys + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  w.skip_gap = -__builtin_huge_valf();
+  w.voting = false;
+  if constexpr (kSkip) {
+    // lambda = 0 (the guard) never skips: such a sequence runs the dense main loop.
+    const float lambda = lambda_for(p.threshold, w.kv_len);
+    w.voting = lambda > 0.f;
+    if (w.voting) w.skip_gap = __log2f(lambda) / p.scale_log2;
+  }
   return true;
 }
 
@@ -139,22 +168,45 @@ __device__ __forceinline__ void produce(const Params& p, const CtaWork& w,
     tma_load_3d(s.q + b * Cfg::kBlockM * Cfg::kBoxCols, &p.tma_q, &s.full_q, b * Cfg::kBoxCols,
                 w.head, w.q_start + w.m_block * Cfg::kBlockM);
   }
-  for (int pos = 0; pos < w.n_tiles; ++pos) {
-    const int stage = pos % Cfg::kStages;
-    const std::uint32_t phase = (pos / Cfg::kStages) & 1;
+  const auto load_k = [&](int pos) {
+    const int stage = pos % Cfg::kStagesK;
     const int row = w.kv_start + kv_tile_at(p.kv_order, pos, w.n_tiles) * Cfg::kBlockN;
-    mbar_wait(&s.empty_k[stage], phase ^ 1);
+    mbar_wait(&s.empty_k[stage], ((pos / Cfg::kStagesK) & 1) ^ 1);
     mbar_arrive_expect_tx(&s.full_k[stage], kKvBytes);
     for (int b = 0; b < Cfg::kDBoxes; ++b) {
       tma_load_3d(s.k[stage] + b * Cfg::kBlockN * Cfg::kBoxCols, &p.tma_k, &s.full_k[stage],
                   b * Cfg::kBoxCols, w.kv_head, row);
     }
-    mbar_wait(&s.empty_v[stage], phase ^ 1);
+  };
+  // V of a tile is loaded unless both consumer warpgroups voted to skip it; a dropped load still
+  // completes its full barrier's phase (an arrival without bytes), so every stage keeps one phase
+  // per tile.
+  const auto load_v = [&](int pos) {
+    const int stage = pos % Cfg::kStagesV;
+    bool needed = true;
+    if (w.voting) {
+      const int slot = pos % Cfg::kStagesK;
+      mbar_wait(&s.voted[slot], (pos / Cfg::kStagesK) & 1);
+      needed = !(s.verdict[slot][0] && s.verdict[slot][1]);
+    }
+    mbar_wait(&s.empty_v[stage], ((pos / Cfg::kStagesV) & 1) ^ 1);
+    if (!needed) {
+      mbar_arrive(&s.full_v[stage]);
+      return;
+    }
+    const int row = w.kv_start + kv_tile_at(p.kv_order, pos, w.n_tiles) * Cfg::kBlockN;
     mbar_arrive_expect_tx(&s.full_v[stage], kKvBytes);
     for (int b = 0; b < Cfg::kDBoxes; ++b) {
       tma_load_3d(s.v[stage] + b * Cfg::kBlockN * Cfg::kBoxCols, &p.tma_v, &s.full_v[stage],
                   b * Cfg::kBoxCols, w.kv_head, row);
     }
+  };
+  // K runs kStagesK - 1 tiles ahead of V: the next Q K^T never waits for a V stage or a vote.
+  constexpr int kAhead = Cfg::kStagesK - 1;
+  for (int pos = 0; pos < kAhead && pos < w.n_tiles; ++pos) load_k(pos);
+  for (int pos = 0; pos < w.n_tiles; ++pos) {
+    if (pos + kAhead < w.n_tiles) load_k(pos + kAhead);
+    load_v(pos);
   }
 }
 
@@ -174,7 +226,6 @@ struct Consumer {
   int tid;         // thread in the warpgroup
   int row0;        // first of this thread's two rows, relative to the sequence's query start
   int wg_row_end;  // one past the last query row of this warpgroup that exists
-  float log2_lambda;
 
   float o[kHeadDim / 2];
   float m[2] = {kNegInf, kNegInf};
@@ -220,12 +271,8 @@ struct Consumer {
     hopper::fence_registers(pa);
   }
 
-  // Lowest query row of the warpgroup that sees key `key` (causal, bottom-right aligned).
-  __device__ bool tile_visible(int tile) const {
-    if (wg_row_end <= row_base()) return false;
-    if (!kCausal) return true;
-    return tile * kN <= w.kv_len - w.q_len + wg_row_end - 1;
-  }
+  // Does some row of this warpgroup see a key of the tile (causal: bottom-right aligned)?
+  __device__ bool tile_visible(int tile) const { return tile < visible_tiles(); }
   __device__ int row_base() const {
     return w.m_block * Cfg::kBlockM + wg * Cfg::kRowsPerWarpgroup;
   }
@@ -236,8 +283,9 @@ struct Consumer {
     return kCausal && (tile + 1) * kN - 1 > w.kv_len - w.q_len + row_base();
   }
 
-  // Scales S into the log2 domain, masks it, and returns this thread's two row maxima.
-  __device__ void scale_and_max(float (&sc)[kN / 2], int tile, bool masked, float (&mx)[2]) {
+  // Masks S (raw scores) where needed and returns this thread's two raw row maxima. The softmax
+  // scale is folded into the exponent later (one FFMA per score).
+  __device__ void mask_and_max(float (&sc)[kN / 2], int tile, bool masked, float (&mx)[2]) const {
     const int lane = tid % 32;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -250,7 +298,6 @@ struct Consumer {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = sc[4 * j + 2 * i + e];
-          x *= p.scale_log2;
           if (masked && 8 * j + 2 * (lane % 4) + e > limit) x = kNegInf;
           r = fmaxf(r, x);
         }
@@ -261,12 +308,13 @@ struct Consumer {
     }
   }
 
-  // The skip vote of the whole warpgroup (kSkip only).
+  // The skip vote of the whole warpgroup (kSkip only), in raw score units: the row gap times the
+  // softmax scale is compared with ln(lambda), i.e. the raw gap with log2(lambda) / scale_log2.
   __device__ bool vote_skip(const float (&mx)[2]) const {
     bool votes = true;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      votes &= mx[i] == kNegInf || mx[i] - fmaxf(m[i], mx[i]) < log2_lambda;
+      votes &= mx[i] == kNegInf || mx[i] - fmaxf(m[i], mx[i]) < w.skip_gap;
     }
     // The shuffle tells the compiler what bar.red already guarantees: the verdict is uniform.
     return __shfl_sync(0xffffffff, hopper::named_barrier_and(kVoteBarrier + wg, 128, votes), 0);
@@ -277,15 +325,16 @@ struct Consumer {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const float m_new = fmaxf(m[i], mx[i]);
-      const float m_use = m_new == kNegInf ? 0.f : m_new;  // a row that has seen nothing yet
-      corr[i] = hopper::fast_exp2(m[i] - m_use);
+      // A row that has seen nothing yet keeps m = -inf; exponentiate against 0 instead.
+      const float m_scaled = m_new == kNegInf ? 0.f : m_new * p.scale_log2;
+      corr[i] = hopper::fast_exp2(m[i] * p.scale_log2 - m_scaled);
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = sc[4 * j + 2 * i + e];
-          x = hopper::fast_exp2(x - m_use);
+          x = hopper::fast_exp2(fmaf(x, p.scale_log2, -m_scaled));
           sum += x;
         }
       }
@@ -336,56 +385,94 @@ struct Consumer {
   }
 
   __device__ void run() {
-    using namespace hopper;
     const int warp = tid / 32, lane = tid % 32;
     row0 = row_base() + warp * 16 + lane / 4;
     wg_row_end = min(row_base() + Cfg::kRowsPerWarpgroup, w.q_len);
-    log2_lambda = kNegInf;
-    if constexpr (kSkip) {
-      const float lambda = lambda_for(p.threshold, w.kv_len);
-      log2_lambda = lambda > 0.f ? __log2f(lambda) : kNegInf;
-    }
 #pragma unroll
     for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+    hopper::mbar_wait(&s.full_q, 0);
 
-    int visited = 0, skipped = 0;
+    // A sequence guarded to lambda = 0 runs the very loop of the dense kernel: bit-identical
+    // output, and no cost for the vote it does not take.
+    int skipped = 0;
+    if constexpr (kSkip) {
+      if (w.voting) {
+        skipped = mainloop<true>();
+      } else {
+        mainloop<false>();
+      }
+    } else {
+      mainloop<false>();
+    }
+    // Warpgroup 1 handed warpgroup 0 one turn more than it took (the first): take it back, so
+    // that every arrival on a turn barrier meets its sync.
+    if (kPingPong && wg == 0) hopper::named_barrier_sync(kTurnBarrier, 256);
+
+    if constexpr (kSkip) {
+      if (p.stats != nullptr && tid == 0) {
+        const int visited = visible_tiles();
+        if (visited > 0) {
+          const int seq = blockIdx.z;
+          atomicAdd(&p.stats[2 * seq], static_cast<unsigned long long>(visited));
+          atomicAdd(&p.stats[2 * seq + 1], static_cast<unsigned long long>(skipped));
+        }
+      }
+    }
+    store_output();
+  }
+
+  // KV tiles that some row of this warpgroup sees: the tiles the reference visits for this query
+  // tile (tile_q = 64).
+  __device__ int visible_tiles() const {
+    if (wg_row_end <= row_base()) return 0;
+    const int keys = kCausal ? w.kv_len - w.q_len + wg_row_end : w.kv_len;
+    return min(w.n_tiles, (keys + kN - 1) / kN);
+  }
+
+  // Each tile's Q K^T is issued with the previous tile's P V, so that the softmax of one overlaps
+  // the matrix products of the other. Every iteration commits two groups (the second empty when
+  // there is no P V to run) so that the waits are the same on every path: ptxas serializes wgmma
+  // when it cannot prove that registers an in-flight wgmma uses are left alone.
+  // kVote: take the skip vote on every tile. Returns the number of visible tiles skipped.
+  template <bool kVote>
+  __device__ int mainloop() {
+    using namespace hopper;
+    int skipped = 0;
     float sc[kN / 2];
-    mbar_wait(&s.full_q, 0);
-
-    // Each tile's Q K^T is issued with the previous tile's P V, so that the softmax of one overlaps
-    // the matrix products of the other. Every iteration commits two groups (the second empty when
-    // there is no P V to run) so that the waits below are the same on every path: ptxas serializes
-    // wgmma when it cannot prove that registers an in-flight wgmma uses are left alone.
     bool pending_pv = false;  // P of the previous tile waits in pa for its P V
     int pending_stage = 0, pending_tile = 0;
     for (int pos = 0; pos < w.n_tiles; ++pos) {
-      const int stage = pos % Cfg::kStages;
-      const std::uint32_t phase = (pos / Cfg::kStages) & 1;
+      const int k_stage = pos % Cfg::kStagesK;
+      const int v_stage = pos % Cfg::kStagesV;
       const int tile = kv_tile_at(p.kv_order, pos, w.n_tiles);
 
-      mbar_wait(&s.full_k[stage], phase);
-      named_barrier_sync(kTurnBarrier + wg, 256);
-      issue_qk(sc, stage);
+      mbar_wait(&s.full_k[k_stage], (pos / Cfg::kStagesK) & 1);
+      if (kPingPong) named_barrier_sync(kTurnBarrier + wg, 256);
+      issue_qk(sc, k_stage);
       if (pending_pv) {
-        mbar_wait(&s.full_v[pending_stage], ((pos - 1) / Cfg::kStages) & 1);
+        mbar_wait(&s.full_v[pending_stage], ((pos - 1) / Cfg::kStagesV) & 1);
         zero_v_tail(pending_stage, pending_tile);
         issue_pv(pending_stage);
       }
       wgmma_commit();
-      named_barrier_arrive(kTurnBarrier + (1 - wg), 256);
+      if (kPingPong) named_barrier_arrive(kTurnBarrier + (1 - wg), 256);
       wgmma_wait<1>();
       fence_registers(sc);
-      release(&s.empty_k[stage]);
+      release(&s.empty_k[k_stage]);
 
       float mx[2];
-      scale_and_max(sc, tile, tile_needs_mask(tile), mx);
+      mask_and_max(sc, tile, tile_needs_mask(tile), mx);
       bool skip = false;
-      if constexpr (kSkip) {
-        // Tiles no row of this warpgroup can see are not visited in the reference's sense.
-        const bool visible = tile_visible(tile);
+      if constexpr (kVote) {
         skip = vote_skip(mx);
-        visited += visible;
-        skipped += visible && skip;
+        // Publish the verdict: the producer loads this tile's V only if a warpgroup needs it.
+        if (tid == 0) {
+          const int slot = pos % Cfg::kStagesK;
+          s.verdict[slot][wg] = skip;
+          mbar_arrive(&s.voted[slot]);
+        }
+        // Tiles no row of this warpgroup can see are not visited in the reference's sense.
+        skipped += skip && tile_visible(tile);
       }
       float corr[2] = {1.f, 1.f};
       if (!skip) softmax(sc, mx, corr);
@@ -396,20 +483,19 @@ struct Consumer {
       fence_registers(pa);
       if (pending_pv) release(&s.empty_v[pending_stage]);
       if (skip) {
-        // The V tile of a skipped tile is never read: wait for its copy to land, then free it.
-        mbar_wait(&s.full_v[stage], phase);
-        release(&s.empty_v[stage]);
+        // This warpgroup never reads the V stage of a skipped tile (it may not even be loaded).
+        release(&s.empty_v[v_stage]);
         pending_pv = false;
         continue;
       }
       rescale_o(corr);
       convert_p(sc);
       pending_pv = true;
-      pending_stage = stage;
+      pending_stage = v_stage;
       pending_tile = tile;
     }
     if (pending_pv) {
-      mbar_wait(&s.full_v[pending_stage], ((w.n_tiles - 1) / Cfg::kStages) & 1);
+      mbar_wait(&s.full_v[pending_stage], ((w.n_tiles - 1) / Cfg::kStagesV) & 1);
       zero_v_tail(pending_stage, pending_tile);
       issue_pv(pending_stage);
       wgmma_commit();
@@ -417,18 +503,7 @@ struct Consumer {
       fence_registers(o);
       release(&s.empty_v[pending_stage]);
     }
-    // Warpgroup 1 handed warpgroup 0 one turn more than it took (the first): take it back, so
-    // that every arrival on a turn barrier meets its sync.
-    if (wg == 0) named_barrier_sync(kTurnBarrier, 256);
-
-    if constexpr (kSkip) {
-      if (p.stats != nullptr && tid == 0 && visited > 0) {
-        const int seq = blockIdx.z;
-        atomicAdd(&p.stats[2 * seq], static_cast<unsigned long long>(visited));
-        atomicAdd(&p.stats[2 * seq + 1], static_cast<unsigned long long>(skipped));
-      }
-    }
-    store_output();
+    return skipped;
   }
 
   __device__ void store_output() {
@@ -462,7 +537,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim>::kThreads, 1)
   auto& s = *reinterpret_cast<SharedStorage<kHeadDim>*>(smem_raw);
 
   CtaWork w;
-  if (!find_work<kHeadDim, kCausal>(p, w)) return;
+  if (!find_work<kHeadDim, kCausal, kSkip>(p, w)) return;
 
   // Read through a shuffle so that the compiler knows it is uniform across the warp: wgmma must
   // not sit in what ptxas considers divergent code.
@@ -472,12 +547,15 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim>::kThreads, 1)
     tma_prefetch_descriptor(&p.tma_k);
     tma_prefetch_descriptor(&p.tma_v);
     mbar_init(&s.full_q, 1);
-    for (int i = 0; i < Cfg::kStages; ++i) {
+    for (int i = 0; i < Cfg::kStagesK; ++i) {
       mbar_init(&s.full_k[i], 1);
-      mbar_init(&s.full_v[i], 1);
       mbar_init(&s.empty_k[i], 8);  // one arrival per consumer warp
+    }
+    for (int i = 0; i < Cfg::kStagesV; ++i) {
+      mbar_init(&s.full_v[i], 1);
       mbar_init(&s.empty_v[i], 8);
     }
+    for (int i = 0; i < Cfg::kStagesK; ++i) mbar_init(&s.voted[i], 2);  // one per warpgroup
     fence_barrier_init();
   }
   __syncthreads();
@@ -491,7 +569,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim>::kThreads, 1)
     c.wg = warpgroup - 1;
     c.tid = threadIdx.x % 128;
     // Warpgroup 0 issues first: give it the turn the other would have handed over.
-    if (c.wg == 1) named_barrier_arrive(kTurnBarrier + 0, 256);
+    if (kPingPong && c.wg == 1) named_barrier_arrive(kTurnBarrier + 0, 256);
     c.run();
   }
 }
