@@ -441,6 +441,10 @@ struct Consumer {
     float sc[kN / 2];
     bool pending_pv = false;  // P of the previous tile waits in pa for its P V
     int pending_stage = 0, pending_tile = 0;
+    // Bit per V stage: this warpgroup skipped the stage's last tile and has neither observed its
+    // full phase nor released it. Settled just before voting on the next tile of that stage, so
+    // that no V barrier ever runs two phases ahead of a waiter (parity waits would alias).
+    unsigned owed = 0;
     for (int pos = 0; pos < w.n_tiles; ++pos) {
       const int k_stage = pos % Cfg::kStagesK;
       const int v_stage = pos % Cfg::kStagesV;
@@ -465,6 +469,11 @@ struct Consumer {
       bool skip = false;
       if constexpr (kVote) {
         skip = vote_skip(mx);
+        if (owed & (1u << v_stage)) {
+          mbar_wait(&s.full_v[v_stage], ((pos - Cfg::kStagesV) / Cfg::kStagesV) & 1);
+          release(&s.empty_v[v_stage]);
+          owed &= ~(1u << v_stage);
+        }
         // Publish the verdict: the producer loads this tile's V only if a warpgroup needs it.
         if (tid == 0) {
           const int slot = pos % Cfg::kStagesK;
@@ -483,8 +492,9 @@ struct Consumer {
       fence_registers(pa);
       if (pending_pv) release(&s.empty_v[pending_stage]);
       if (skip) {
-        // This warpgroup never reads the V stage of a skipped tile (it may not even be loaded).
-        release(&s.empty_v[v_stage]);
+        // This warpgroup never reads the V of a skipped tile (it may not even be loaded); the
+        // stage is released when the next tile of the stage is voted on.
+        owed |= 1u << v_stage;
         pending_pv = false;
         continue;
       }
