@@ -68,6 +68,14 @@ static_assert(sizeof(SharedStorage<256>) <= 227 * 1024, "shared memory of an H10
 // runs while the other's products occupy the tensor cores.
 inline constexpr bool kPingPong = SKIPSOFTMAX_PINGPONG;
 
+#ifndef SKIPSOFTMAX_PREFILL_DROP_V
+#define SKIPSOFTMAX_PREFILL_DROP_V 0
+#endif
+// Skip kernels: the producer waits for both warpgroups' votes on a tile and drops the V load when
+// both skip it. Measured on the H200 (docs/PERFORMANCE.md): the V load then starts a softmax
+// later and P V waits for it, which costs more than the bytes save, so it is off by default.
+inline constexpr bool kDropSkippedV = SKIPSOFTMAX_PREFILL_DROP_V;
+
 // Named barrier ids: 0 is __syncthreads. Per consumer warpgroup: one for its vote and one for its
 // turn at issuing matrix products.
 enum BarrierId { kVoteBarrier = 1, kTurnBarrier = 3 };
@@ -184,7 +192,7 @@ __device__ __forceinline__ void produce(const Params& p, const CtaWork& w,
   const auto load_v = [&](int pos) {
     const int stage = pos % Cfg::kStagesV;
     bool needed = true;
-    if (w.voting) {
+    if (kDropSkippedV && w.voting) {
       const int slot = pos % Cfg::kStagesK;
       mbar_wait(&s.voted[slot], (pos / Cfg::kStagesK) & 1);
       needed = !(s.verdict[slot][0] && s.verdict[slot][1]);
@@ -444,7 +452,7 @@ struct Consumer {
     // Bit per V stage: this warpgroup skipped the stage's last tile and has neither observed its
     // full phase nor released it. Settled just before voting on the next tile of that stage, so
     // that no V barrier ever runs two phases ahead of a waiter (parity waits would alias).
-    unsigned owed = 0;
+    [[maybe_unused]] unsigned owed = 0;
     for (int pos = 0; pos < w.n_tiles; ++pos) {
       const int k_stage = pos % Cfg::kStagesK;
       const int v_stage = pos % Cfg::kStagesV;
@@ -469,16 +477,18 @@ struct Consumer {
       bool skip = false;
       if constexpr (kVote) {
         skip = vote_skip(mx);
-        if (owed & (1u << v_stage)) {
-          mbar_wait(&s.full_v[v_stage], ((pos - Cfg::kStagesV) / Cfg::kStagesV) & 1);
-          release(&s.empty_v[v_stage]);
-          owed &= ~(1u << v_stage);
-        }
-        // Publish the verdict: the producer loads this tile's V only if a warpgroup needs it.
-        if (tid == 0) {
-          const int slot = pos % Cfg::kStagesK;
-          s.verdict[slot][wg] = skip;
-          mbar_arrive(&s.voted[slot]);
+        if constexpr (kDropSkippedV) {
+          if (owed & (1u << v_stage)) {
+            mbar_wait(&s.full_v[v_stage], ((pos - Cfg::kStagesV) / Cfg::kStagesV) & 1);
+            release(&s.empty_v[v_stage]);
+            owed &= ~(1u << v_stage);
+          }
+          // Publish the verdict: the producer loads this tile's V only if a warpgroup needs it.
+          if (tid == 0) {
+            const int slot = pos % Cfg::kStagesK;
+            s.verdict[slot][wg] = skip;
+            mbar_arrive(&s.voted[slot]);
+          }
         }
         // Tiles no row of this warpgroup can see are not visited in the reference's sense.
         skipped += skip && tile_visible(tile);
@@ -492,9 +502,14 @@ struct Consumer {
       fence_registers(pa);
       if (pending_pv) release(&s.empty_v[pending_stage]);
       if (skip) {
-        // This warpgroup never reads the V of a skipped tile (it may not even be loaded); the
-        // stage is released when the next tile of the stage is voted on.
-        owed |= 1u << v_stage;
+        // This warpgroup never reads the V of a skipped tile. With dropped loads the stage is
+        // released when the next tile of the stage is voted on; otherwise once its copy landed.
+        if constexpr (kDropSkippedV) {
+          owed |= 1u << v_stage;
+        } else {
+          mbar_wait(&s.full_v[v_stage], (pos / Cfg::kStagesV) & 1);
+          release(&s.empty_v[v_stage]);
+        }
         pending_pv = false;
         continue;
       }
