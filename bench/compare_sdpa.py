@@ -5,7 +5,7 @@ backends against our dense and skip-softmax prefill kernels (through the C API w
 Inputs are real-structure attention tensors (an attention sink, a rotary-like band around the
 diagonal, a Gaussian far field; the recipe of src/synthetic.cpp), or Q/K/V captured from a model
 (--inputs DIR with q.npy, k.npy, v.npy of shape [tokens, heads, head_dim]). Timing: CUDA events
-around each launch, median of --iters after --warmup. Prints a table and writes JSON.
+around each call, arms interleaved round by round, median per arm. Prints a table and writes JSON.
 
   python3 bench/compare_sdpa.py --lib build/libskipsoftmax_capi.so --json out.json
 """
@@ -67,18 +67,23 @@ def structured(tokens, heads, dim, seq_len, role, gen, sink=12.0, band=8.0, nois
     return x
 
 
-def median_ms(fn, warmup, iters):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+def interleaved_median_ms(fns, warmup, iters, rounds):
+    """Per function, the median of rounds x iters event-timed calls, the functions taking turns
+    round by round so that clock and thermal drift fall on all of them alike."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for k, fn in enumerate(fns):
+            for _ in range(iters):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                b.synchronize()
+                times[k].append(a.elapsed_time(b))
+    return [statistics.median(t) for t in times]
 
 
 def rel_l2(a, b):
@@ -139,7 +144,8 @@ def main():
     p.add_argument("--lambdas", type=float, nargs="*", default=[1e-3, 1e-2])
     p.add_argument("--kv-order", choices=list(ORDERS), default="sink-reverse")
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--iters", type=int, default=5, help="timed calls per arm and round")
+    p.add_argument("--rounds", type=int, default=4, help="round-robin rounds over the arms")
     p.add_argument("--git-revision", default="unknown")
     p.add_argument("--json")
     args = p.parse_args()
@@ -151,7 +157,8 @@ def main():
     rows = []
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
           f"{torch.backends.cudnn.version()}, {args.dtype}, Hq={args.heads_q} Hkv={args.heads_kv} "
-          f"D={args.head_dim}, {'causal' if causal else 'non-causal'}, median of {args.iters}")
+          f"D={args.head_dim}, {'causal' if causal else 'non-causal'}, median of "
+          f"{args.iters * args.rounds} interleaved")
     print(f"{'length':>7} {'batch':>5} {'arm':<22} {'ms':>9} {'TFLOPS':>8} {'sparsity':>9} "
           f"{'vs cuDNN':>9} {'err':>9}")
     for L in args.lengths:
@@ -166,7 +173,7 @@ def main():
         scores = L * (L + 1) / 2 if causal else L * L
         flops = 4 * args.head_dim * scores * args.heads_q * B
 
-        arms = []
+        arms = []  # (name, function, sparsity, error against cuDNN)
         ref = None
         for name, backend in (("cuDNN (SDPA)", SDPBackend.CUDNN_ATTENTION),
                               ("FlashAttention-2 (SDPA)", SDPBackend.FLASH_ATTENTION)):
@@ -178,22 +185,24 @@ def main():
                 continue
             if ref is None:
                 ref = res.transpose(1, 2).reshape(T, args.heads_q, args.head_dim)
-            arms.append((name, median_ms(fn, args.warmup, args.iters), 0.0, None))
+            arms.append((name, fn, 0.0, None))
 
         def ours_arm(lam, force):
             return lambda: ours(q, k, v, out, cu, B, L, causal, args.kv_order, lam, force)
-        arms.append(("ours dense", median_ms(ours_arm(0.0, 0), args.warmup, args.iters), 0.0,
+        ours_arm(0.0, 0)()
+        arms.append(("ours dense", ours_arm(0.0, 0), 0.0,
                      rel_l2(out, ref) if ref is not None else None))
-        arms.append(("ours skip lambda=0", median_ms(ours_arm(0.0, 1), args.warmup, args.iters),
-                     0.0, None))
+        arms.append(("ours skip lambda=0", ours_arm(0.0, 1), 0.0, None))
         for lam in args.lambdas:
             stats.zero_()
             ours(q, k, v, out, cu, B, L, causal, args.kv_order, lam, 1, stats)
             s = stats.sum(0).tolist()
             sparsity = s[1] / s[0] if s[0] else 0.0
             err = rel_l2(out, ref) if ref is not None else None
-            arms.append((f"ours skip lambda={lam:g}",
-                         median_ms(ours_arm(lam, 1), args.warmup, args.iters), sparsity, err))
+            arms.append((f"ours skip lambda={lam:g}", ours_arm(lam, 1), sparsity, err))
+        times = interleaved_median_ms([fn for _, fn, _, _ in arms], args.warmup, args.iters,
+                                      args.rounds)
+        arms = [(name, ms, sparsity, err) for (name, _, sparsity, err), ms in zip(arms, times)]
         cudnn_ms = next((ms for n, ms, _, _ in arms if n.startswith("cuDNN")), None)
         for name, ms, sparsity, err in arms:
             tflops = flops / ms * 1e-9
@@ -213,7 +222,8 @@ def main():
                "heads_q": args.heads_q, "heads_kv": args.heads_kv, "head_dim": args.head_dim,
                "causal": causal, "kv_order": args.kv_order,
                "inputs": "synthetic real-structure (sink 12, band 8, far field 0.75)",
-               "timing": f"median of {args.iters} event-timed launches after {args.warmup} warm-up",
+               "timing": f"median of {args.iters * args.rounds} event-timed calls per arm, arms "
+                         f"interleaved over {args.rounds} rounds, after {args.warmup} warm-up calls",
                "results": rows}
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2)

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -33,7 +34,7 @@ struct Options {
   bool non_causal = false;
   std::vector<double> lambdas = {1e-6, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3};
   std::string order = "sink-reverse";
-  int warmup = 3, iters = 20;
+  int warmup = 3, iters = 5, rounds = 4;
   std::string json;
   std::string command;
 };
@@ -47,25 +48,39 @@ struct Inputs {
   unsigned long long* stats;
 };
 
-// Median of `iters` event-timed launches after `warmup` untimed ones, in milliseconds.
-template <typename Launch>
-double median_ms(const Options& o, const Launch& launch) {
-  for (int i = 0; i < o.warmup; ++i) launch();
+// Times every arm round-robin: `rounds` rounds, each timing `iters` launches of every arm one
+// after the other, so that clock and thermal drift fall on all arms alike. Returns per arm the
+// median of its rounds x iters event-timed launches, in milliseconds.
+std::vector<double> interleaved_median_ms(const Options& o,
+                                          const std::vector<std::function<void()>>& arms) {
+  for (const auto& launch : arms) {
+    for (int i = 0; i < o.warmup; ++i) launch();
+  }
   cudaEvent_t a, b;
   check(cudaEventCreate(&a), "event");
   check(cudaEventCreate(&b), "event");
-  std::vector<float> t(o.iters);
-  for (int i = 0; i < o.iters; ++i) {
-    check(cudaEventRecord(a), "record");
-    launch();
-    check(cudaEventRecord(b), "record");
-    check(cudaEventSynchronize(b), "sync");
-    check(cudaEventElapsedTime(&t[i], a, b), "elapsed");
+  std::vector<std::vector<float>> times(arms.size());
+  for (int r = 0; r < o.rounds; ++r) {
+    for (std::size_t k = 0; k < arms.size(); ++k) {
+      for (int i = 0; i < o.iters; ++i) {
+        check(cudaEventRecord(a), "record");
+        arms[k]();
+        check(cudaEventRecord(b), "record");
+        check(cudaEventSynchronize(b), "sync");
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+        times[k].push_back(ms);
+      }
+    }
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
-  std::nth_element(t.begin(), t.begin() + o.iters / 2, t.end());
-  return t[o.iters / 2];
+  std::vector<double> medians;
+  for (auto& t : times) {
+    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+    medians.push_back(t[t.size() / 2]);
+  }
+  return medians;
 }
 
 std::string gpu_name() {
@@ -127,16 +142,11 @@ nlohmann::json run_length(const Options& o, int len, std::FILE* table) {
                     {"speedup_vs_dense", dense_ms / ms}});
   };
 
-  a.threshold = Threshold::dense();
-  a.force_kernel = KernelChoice::kDense;
-  const double dense_ms = median_ms(o, [&] { run_prefill(a, nullptr, nullptr); });
-  record("dense", 0, dense_ms, 0, dense_ms);
+  // Sparsity of each lambda: one run with statistics.
+  std::vector<double> sparsity;
   a.force_kernel = KernelChoice::kSkip;
-  record("skip lambda=0", 0, median_ms(o, [&] { run_prefill(a, nullptr, nullptr); }), 0, dense_ms);
-
   for (double lambda : o.lambdas) {
     a.threshold = Threshold::flat(lambda);
-    // One run with statistics for the sparsity, then timed runs without and with them.
     check(cudaMemset(in.stats, 0, batch * 2 * 8), "memset");
     a.stats = in.stats;
     run_prefill(a, nullptr, nullptr);
@@ -147,12 +157,32 @@ nlohmann::json run_length(const Options& o, int len, std::FILE* table) {
       visited += double(st[2 * b]);
       skipped += double(st[2 * b + 1]);
     }
-    const double sparsity = visited > 0 ? skipped / visited : 0;
-    const double with_stats = median_ms(o, [&] { run_prefill(a, nullptr, nullptr); });
-    a.stats = nullptr;
-    const double ms = median_ms(o, [&] { run_prefill(a, nullptr, nullptr); });
-    record("skip", lambda, ms, sparsity, dense_ms);
-    rows.back()["ms_with_stats"] = with_stats;
+    sparsity.push_back(visited > 0 ? skipped / visited : 0);
+  }
+  a.stats = nullptr;
+
+  // Arms: dense, skip at lambda = 0, then per lambda the skip kernel without and with statistics.
+  std::vector<std::function<void()>> arms;
+  const auto arm = [&](KernelChoice kernel, Threshold th, unsigned long long* stats) {
+    PrefillArguments args = a;
+    args.force_kernel = kernel;
+    args.threshold = std::move(th);
+    args.stats = stats;
+    arms.push_back([args] { run_prefill(args, nullptr, nullptr); });
+  };
+  arm(KernelChoice::kDense, Threshold::dense(), nullptr);
+  arm(KernelChoice::kSkip, Threshold::dense(), nullptr);
+  for (double lambda : o.lambdas) {
+    arm(KernelChoice::kSkip, Threshold::flat(lambda), nullptr);
+    arm(KernelChoice::kSkip, Threshold::flat(lambda), in.stats);
+  }
+  const std::vector<double> ms = interleaved_median_ms(o, arms);
+  const double dense_ms = ms[0];
+  record("dense", 0, dense_ms, 0, dense_ms);
+  record("skip lambda=0", 0, ms[1], 0, dense_ms);
+  for (std::size_t i = 0; i < o.lambdas.size(); ++i) {
+    record("skip", o.lambdas[i], ms[2 + 2 * i], sparsity[i], dense_ms);
+    rows.back()["ms_with_stats"] = ms[3 + 2 * i];
   }
   check(cudaGetLastError(), "launch");
   for (void* p : {in.q, in.k, in.v, in.out, static_cast<void*>(in.cu), static_cast<void*>(in.stats)}) {
@@ -176,15 +206,16 @@ int main(int argc, char** argv) {
   app.add_option("--lambdas", o.lambdas, "Flat thresholds for the skip arms");
   app.add_option("--kv-order", o.order)->check(CLI::IsMember({"forward", "reverse", "sink-reverse"}));
   app.add_option("--warmup", o.warmup);
-  app.add_option("--iters", o.iters)->check(CLI::PositiveNumber);
+  app.add_option("--iters", o.iters, "Timed launches per arm and round")->check(CLI::PositiveNumber);
+  app.add_option("--rounds", o.rounds, "Round-robin rounds over the arms")->check(CLI::PositiveNumber);
   app.add_option("--json", o.json, "Write the results here");
   CLI11_PARSE(app, argc, argv);
   for (int i = 0; i < argc; ++i) o.command += (i ? " " : "") + std::string(argv[i]);
   try {
     if (!hopper_gpu_available()) throw std::runtime_error("no Hopper GPU");
-    std::printf("%s, %s, Hq=%d Hkv=%d D=%d, %s, KV order %s, median of %d\n", gpu_name().c_str(),
-                o.dtype.c_str(), o.heads_q, o.heads_kv, o.head_dim,
-                o.non_causal ? "non-causal" : "causal", o.order.c_str(), o.iters);
+    std::printf("%s, %s, Hq=%d Hkv=%d D=%d, %s, KV order %s, median of %d interleaved\n",
+                gpu_name().c_str(), o.dtype.c_str(), o.heads_q, o.heads_kv, o.head_dim,
+                o.non_causal ? "non-causal" : "causal", o.order.c_str(), o.rounds * o.iters);
     std::printf("%7s %5s %-18s %9s %9s %9s %9s %9s\n", "length", "batch", "arm", "lambda", "ms",
                 "TFLOPS", "sparsity", "speedup");
     nlohmann::json results = nlohmann::json::array();
@@ -197,8 +228,10 @@ int main(int argc, char** argv) {
           {"gpu", gpu_name()}, {"dtype", o.dtype}, {"heads_q", o.heads_q},
           {"heads_kv", o.heads_kv}, {"head_dim", o.head_dim}, {"causal", !o.non_causal},
           {"kv_order", o.order}, {"inputs", "synthetic real-structure (sink 12, band 8, far field 0.75)"},
-          {"timing", "median of " + std::to_string(o.iters) + " event-timed launches after " +
-                         std::to_string(o.warmup) + " warm-up"},
+          {"timing", "median of " + std::to_string(o.rounds * o.iters) +
+                         " event-timed launches per arm, arms interleaved over " +
+                         std::to_string(o.rounds) + " rounds, after " + std::to_string(o.warmup) +
+                         " warm-up launches"},
           {"results", results}};
       write_json_file(o.json, doc);
     }
