@@ -75,20 +75,12 @@ prefill::DeviceThreshold device_threshold(const Threshold& t) {
   return d;
 }
 
-#ifndef SKIPSOFTMAX_PREFILL_MULTICAST
-#define SKIPSOFTMAX_PREFILL_MULTICAST 1
-#endif
-bool use_multicast(const PrefillArguments& a) {
-  const int group = a.num_heads_q / a.num_heads_kv;
-  return SKIPSOFTMAX_PREFILL_MULTICAST && group % 2 == 0;
-}
-
 template <bool kSkip>
-void launch(const Params& params, const PrefillArguments& a, bool multicast, cudaStream_t stream) {
+void launch(const Params& params, const PrefillArguments& a, cudaStream_t stream) {
   const bool bf16 = a.dtype == DType::kBF16;
 #define SKIPSOFTMAX_FAMILY(BF16, D)                                                  \
   if (bf16 == BF16 && a.head_dim == D) {                                            \
-    prefill::launch_family<BF16, D, kSkip>(params, a.causal, multicast, stream);    \
+    prefill::launch_family<BF16, D, kSkip>(params, a.causal, stream);               \
     return;                                                                         \
   }
   SKIPSOFTMAX_FAMILY(true, 128)
@@ -153,13 +145,10 @@ KernelChoice run_prefill(const PrefillArguments& a, void*, void* stream) {
       a.force_kernel.value_or(choose_prefill_kernel(a.threshold, a.max_seqlen_k, a.kv_history));
   constexpr int kBlockM = prefill::TileConfig<128>::kBlockM;  // the same for every head dim
   const int block_n = prefill_vote_tiles(a.head_dim, a.kv_order).tile_k;
-  // Pairs of query heads (2i, 2i + 1) share their K/V tiles when they belong to one KV head.
-  const bool multicast = use_multicast(a);
-  const int kv_box_rows = multicast ? block_n / 2 : block_n;
   Params p{};
   p.tma_q = make_tensor_map(a.q, a.total_q, a.num_heads_q, a.head_dim, kBlockM, a.dtype);
-  p.tma_k = make_tensor_map(a.k, a.total_k, a.num_heads_kv, a.head_dim, kv_box_rows, a.dtype);
-  p.tma_v = make_tensor_map(a.v, a.total_k, a.num_heads_kv, a.head_dim, kv_box_rows, a.dtype);
+  p.tma_k = make_tensor_map(a.k, a.total_k, a.num_heads_kv, a.head_dim, block_n, a.dtype);
+  p.tma_v = make_tensor_map(a.v, a.total_k, a.num_heads_kv, a.head_dim, block_n, a.dtype);
   p.out = a.out;
   p.cu_seqlens_q = a.cu_seqlens_q;
   p.cu_seqlens_k = a.cu_seqlens_k;
@@ -175,9 +164,9 @@ KernelChoice run_prefill(const PrefillArguments& a, void*, void* stream) {
   p.stats = a.stats;
   const auto s = static_cast<cudaStream_t>(stream);
   if (choice == KernelChoice::kSkip) {
-    launch<true>(p, a, multicast, s);
+    launch<true>(p, a, s);
   } else {
-    launch<false>(p, a, multicast, s);
+    launch<false>(p, a, s);
   }
   return choice;
 }

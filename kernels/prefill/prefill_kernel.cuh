@@ -164,36 +164,11 @@ __device__ __forceinline__ bool find_work(const Params& p, CtaWork& w) {
   return true;
 }
 
-// kMulticast: the CTA is one of a cluster of two that compute two query heads of one GQA group
-// for the same query rows. Both need the same K and V tiles, so each CTA loads half of the rows of
-// every tile and multicasts them to both: half the L2-to-SM traffic per tile.
-template <bool kBf16, int kHeadDim, bool kMulticast>
+template <bool kBf16, int kHeadDim>
 __device__ __forceinline__ void produce(const Params& p, const CtaWork& w,
                                         SharedStorage<kHeadDim>& s) {
   using Cfg = TileConfig<kHeadDim>;
   using namespace hopper;
-  constexpr int kCopyRows = kMulticast ? Cfg::kBlockN / 2 : Cfg::kBlockN;  // rows per TMA box
-  const int rank = kMulticast ? static_cast<int>(cluster_rank()) : 0;
-  // Loads this CTA's rows of one K or V tile into `stage_base` (both CTAs' copies when multicast).
-  const auto load_tile = [&](std::uint16_t* stage_base, const CUtensorMap* map, std::uint64_t* bar,
-                             int row) {
-    for (int b = 0; b < Cfg::kDBoxes; ++b) {
-      std::uint16_t* dst = stage_base + b * Cfg::kBlockN * Cfg::kBoxCols + rank * kCopyRows * Cfg::kBoxCols;
-      if constexpr (kMulticast) {
-        tma_load_3d_multicast(dst, map, bar, 0b11, b * Cfg::kBoxCols, w.kv_head, row + rank * kCopyRows);
-      } else {
-        tma_load_3d(dst, map, bar, b * Cfg::kBoxCols, w.kv_head, row);
-      }
-    }
-  };
-  // The empty barriers of a multicast stage count both CTAs' consumers.
-  const auto wait_empty = [&](std::uint64_t* bar, std::uint32_t parity) {
-    if constexpr (kMulticast) {
-      mbar_wait_cluster(bar, parity);
-    } else {
-      mbar_wait(bar, parity);
-    }
-  };
   constexpr std::uint32_t kQBytes = Cfg::kBlockM * kHeadDim * 2;
   constexpr std::uint32_t kKvBytes = Cfg::kBlockN * kHeadDim * 2;
   mbar_arrive_expect_tx(&s.full_q, kQBytes);
@@ -204,9 +179,12 @@ __device__ __forceinline__ void produce(const Params& p, const CtaWork& w,
   const auto load_k = [&](int pos) {
     const int stage = pos % Cfg::kStagesK;
     const int row = w.kv_start + kv_tile_at(p.kv_order, pos, w.n_tiles) * Cfg::kBlockN;
-    wait_empty(&s.empty_k[stage], ((pos / Cfg::kStagesK) & 1) ^ 1);
+    mbar_wait(&s.empty_k[stage], ((pos / Cfg::kStagesK) & 1) ^ 1);
     mbar_arrive_expect_tx(&s.full_k[stage], kKvBytes);
-    load_tile(s.k[stage], &p.tma_k, &s.full_k[stage], row);
+    for (int b = 0; b < Cfg::kDBoxes; ++b) {
+      tma_load_3d(s.k[stage] + b * Cfg::kBlockN * Cfg::kBoxCols, &p.tma_k, &s.full_k[stage],
+                  b * Cfg::kBoxCols, w.kv_head, row);
+    }
   };
   // V of a tile is loaded unless both consumer warpgroups voted to skip it; a dropped load still
   // completes its full barrier's phase (an arrival without bytes), so every stage keeps one phase
@@ -219,14 +197,17 @@ __device__ __forceinline__ void produce(const Params& p, const CtaWork& w,
       mbar_wait(&s.voted[slot], (pos / Cfg::kStagesK) & 1);
       needed = !(s.verdict[slot][0] && s.verdict[slot][1]);
     }
-    wait_empty(&s.empty_v[stage], ((pos / Cfg::kStagesV) & 1) ^ 1);
+    mbar_wait(&s.empty_v[stage], ((pos / Cfg::kStagesV) & 1) ^ 1);
     if (!needed) {
       mbar_arrive(&s.full_v[stage]);
       return;
     }
     const int row = w.kv_start + kv_tile_at(p.kv_order, pos, w.n_tiles) * Cfg::kBlockN;
     mbar_arrive_expect_tx(&s.full_v[stage], kKvBytes);
-    load_tile(s.v[stage], &p.tma_v, &s.full_v[stage], row);
+    for (int b = 0; b < Cfg::kDBoxes; ++b) {
+      tma_load_3d(s.v[stage] + b * Cfg::kBlockN * Cfg::kBoxCols, &p.tma_v, &s.full_v[stage],
+                  b * Cfg::kBoxCols, w.kv_head, row);
+    }
   };
   // K runs kStagesK - 1 tiles ahead of V: the next Q K^T never waits for a V stage or a vote.
   constexpr int kAhead = Cfg::kStagesK - 1;
@@ -240,7 +221,7 @@ __device__ __forceinline__ void produce(const Params& p, const CtaWork& w,
 // The consumer's per-thread view of a 64-row accumulator: rows r0 and r0 + 8 of the warpgroup's
 // slice, columns 8 j + 2 (lane % 4) + {0, 1}: element [4 j + 2 i + e] is (row r0 + 8 i, column
 // 8 j + 2 (lane % 4) + e).
-template <bool kBf16, int kHeadDim, bool kCausal, bool kSkip, bool kMulticast>
+template <bool kBf16, int kHeadDim, bool kCausal, bool kSkip>
 struct Consumer {
   using Cfg = TileConfig<kHeadDim>;
   static constexpr int kN = Cfg::kBlockN;
@@ -407,13 +388,8 @@ struct Consumer {
     hopper::named_barrier_sync(kVoteBarrier + wg, 128);
   }
 
-  // One arrival per warp on a stage's empty barrier: in this CTA, and in the peer CTA whose
-  // producer multicasts into this stage too.
   __device__ void release(std::uint64_t* bar) {
-    if (tid % 32 == 0) {
-      hopper::mbar_arrive(bar);
-      if constexpr (kMulticast) hopper::mbar_arrive_remote(bar, hopper::cluster_rank() ^ 1);
-    }
+    if (tid % 32 == 0) hopper::mbar_arrive(bar);
   }
 
   __device__ void run() {
@@ -577,20 +553,16 @@ struct Consumer {
   }
 };
 
-template <bool kBf16, int kHeadDim, bool kCausal, bool kSkip, bool kMulticast>
+template <bool kBf16, int kHeadDim, bool kCausal, bool kSkip>
 __global__ void __launch_bounds__(TileConfig<kHeadDim>::kThreads, 1)
     prefill_kernel(const __grid_constant__ Params p) {
-  static_assert(!(kMulticast && kDropSkippedV), "dropped V loads would need the peer's votes");
   using Cfg = TileConfig<kHeadDim>;
   using namespace hopper;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<kHeadDim>*>(smem_raw);
 
   CtaWork w;
-  // Both CTAs of a cluster have the same sequence and query rows: they return together.
   if (!find_work<kHeadDim, kCausal, kSkip>(p, w)) return;
-  // One arrival per consumer warp, of this CTA and, multicast, of the peer.
-  constexpr int kConsumerWarps = 8 * (kMulticast ? 2 : 1);
 
   // Read through a shuffle so that the compiler knows it is uniform across the warp: wgmma must
   // not sit in what ptxas considers divergent code.
@@ -602,36 +574,29 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim>::kThreads, 1)
     mbar_init(&s.full_q, 1);
     for (int i = 0; i < Cfg::kStagesK; ++i) {
       mbar_init(&s.full_k[i], 1);
-      mbar_init(&s.empty_k[i], kConsumerWarps);
+      mbar_init(&s.empty_k[i], 8);  // one arrival per consumer warp
     }
     for (int i = 0; i < Cfg::kStagesV; ++i) {
       mbar_init(&s.full_v[i], 1);
-      mbar_init(&s.empty_v[i], kConsumerWarps);
+      mbar_init(&s.empty_v[i], 8);
     }
     for (int i = 0; i < Cfg::kStagesK; ++i) mbar_init(&s.voted[i], 2);  // one per warpgroup
     fence_barrier_init();
   }
-  // The peer's barriers must be initialised before anything arrives on them or multicasts.
-  if constexpr (kMulticast) {
-    cluster_sync();
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   if (warpgroup == 0) {
     reg_dealloc<24>();
-    if (threadIdx.x == 0) produce<kBf16, kHeadDim, kMulticast>(p, w, s);
+    if (threadIdx.x == 0) produce<kBf16, kHeadDim>(p, w, s);
   } else {
     reg_alloc<240>();
-    Consumer<kBf16, kHeadDim, kCausal, kSkip, kMulticast> c{p, w, s};
+    Consumer<kBf16, kHeadDim, kCausal, kSkip> c{p, w, s};
     c.wg = warpgroup - 1;
     c.tid = threadIdx.x % 128;
     // Warpgroup 0 issues first: give it the turn the other would have handed over.
     if (kPingPong && c.wg == 1) named_barrier_arrive(kTurnBarrier + 0, 256);
     c.run();
   }
-  // No CTA may leave while its peer can still multicast into it or arrive on its barriers.
-  if constexpr (kMulticast) cluster_sync();
 }
 
 }  // namespace skipsoftmax::prefill
