@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The recorded H200 run: every GPU test, then the prefill benchmarks of docs/PERFORMANCE.md, from
+# a build folder made on the development machine (all kernel families). Writes into $OUT:
+#   gpu_tests.log          the GPU test suite
+#   bench_bf16_causal.json our kernels 4k-64k, bf16, causal, 32/8 heads, d128, lambda sweep
+#   compare_sdpa.json      the same shapes side by side with cuDNN and FlashAttention-2 (SDPA)
+#   bench_extra.json       KV visit orders, head dims 64/256, fp16, non-causal
+#   ncu_dense.txt, ncu_skip.txt   Nsight Compute sections of one dense and one skip launch
+# Usage: scripts/gpu_record.sh BUILD_DIR
+set -uo pipefail
+b=${1:-build-gpu}
+out=${OUT:?}
+rev=$(cat "$b/git_revision")
+work=$(mktemp -d)
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
+timeout -s KILL 240 "$b/tests/skipsoftmax_gpu_tests" > "$out/gpu_tests.log" 2>&1
+echo "gpu tests: exit $? ($(grep -E '^\[  (PASSED|FAILED) ' "$out/gpu_tests.log" | tr '\n' ' '))"
+grep -E "skip decisions" "$out/gpu_tests.log"
+
+bench() { timeout -s KILL 150 "$b/skipsoftmax_prefill_bench" "$@"; }
+bench --lengths 4096 8192 16384 32768 65536 \
+  --lambdas 1e-6 1e-4 3e-4 1e-3 2e-3 3e-3 5e-3 1e-2 3e-2 0.1 0.3 \
+  --json "$out/bench_bf16_causal.json" | tail -n 4
+PYTHONUNBUFFERED=1 timeout -s KILL 200 python3 bench/compare_sdpa.py --lib "$b/libskipsoftmax_capi.so" \
+  --lengths 4096 8192 16384 32768 65536 --lambdas 1e-3 3e-3 --git-revision "$rev" \
+  --json "$out/compare_sdpa.json" | tail -n 12
+
+for order in forward reverse sink-reverse; do
+  bench --lengths 32768 --lambdas 1e-3 3e-3 --kv-order "$order" --json "$work/order_$order.json" > /dev/null
+done
+bench --lengths 32768 --head-dim 64 --lambdas 1e-3 3e-3 --json "$work/d64.json" > /dev/null
+bench --lengths 32768 --head-dim 256 --lambdas 1e-3 3e-3 --json "$work/d256.json" > /dev/null
+bench --lengths 32768 --dtype fp16 --lambdas 1e-3 3e-3 --json "$work/fp16.json" > /dev/null
+bench --lengths 8192 32768 --non-causal --lambdas 1e-3 3e-3 --json "$work/noncausal.json" > /dev/null
+python3 - "$work" "$out/bench_extra.json" <<'PY'
+import glob, json, sys
+docs = [json.load(open(f)) for f in sorted(glob.glob(sys.argv[1] + "/*.json"))]
+json.dump(docs, open(sys.argv[2], "w"), indent=1)
+for d in docs:
+    for r in d["results"]:
+        if r["arm"] != "skip lambda=0":
+            print(d["command"].split("bench ")[-1][:60].ljust(60), r["length"], r["arm"],
+                  "%.3g" % r.get("lambda", 0), "%.0f TF" % r["tflops"],
+                  "%.1f%%" % (100 * r["tile_sparsity"]), "%.3fx" % r["speedup_vs_dense"])
+PY
+
+ncu_run() {
+  timeout -s KILL 120 ncu --clock-control none -k regex:prefill_kernel --launch-skip "$1" --launch-count 1 \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    --section WarpStateStats --section Occupancy \
+    "$b/skipsoftmax_prefill_bench" --lengths 32768 --lambdas 3e-3 --warmup 0 --iters 1 --rounds 1 > "$2" 2>&1
+  echo "ncu $2: exit $?"
+}
+# Launch order of the bench: the statistics run of lambda, dense, skip at lambda 0, skip at lambda.
+ncu_run 1 "$out/ncu_dense.txt"
+ncu_run 3 "$out/ncu_skip.txt"
