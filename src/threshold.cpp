@@ -107,8 +107,8 @@ std::string Threshold::describe() const {
       out << "flat lambda=" << flat_lambda_;
       break;
     case Kind::kTable:
-      out << "table of " << table_.rows().size() << " rows, first skippable length "
-          << table_.first_skippable_length();
+      out << "table of " << table_.rows().size() << (table_.rows().size() == 1 ? " row" : " rows")
+          << ", first skippable length " << table_.first_skippable_length();
       break;
   }
   return out.str();

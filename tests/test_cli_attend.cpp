@@ -383,8 +383,16 @@ TEST_F(CliAttendTest, BadInputFailsAndLeavesNoOutput) {
        }},
       {"kv order", "forward, reverse, sink-reverse",
        [](auto&, auto& a) { a.set("--kv-order", "backwards"); }},
-      {"backend cuda", "arrives with the GPU kernels",
+#if SKIPSOFTMAX_HAVE_CUDA
+      {"cuda tiles", "--backend cuda votes on 64 x 128 tiles",
+       [](auto&, auto& a) {
+         a.set("--backend", "cuda");
+         a.set("--tile-q", "128");
+       }},
+#else
+      {"cuda without kernels", "this build has no GPU kernels",
        [](auto&, auto& a) { a.set("--backend", "cuda"); }},
+#endif
       {"backend other", "unknown --backend 'tpu'",
        [](auto&, auto& a) { a.set("--backend", "tpu"); }},
       {"out dtype", "unknown --out-dtype 'bf16'",

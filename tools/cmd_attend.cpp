@@ -19,6 +19,8 @@
 #include "commands.h"
 #include "file_io.h"
 #include "npy.h"
+#include "bf16.h"
+#include "skipsoftmax/prefill.h"
 #include "skipsoftmax/reference.h"
 #include "skipsoftmax/threshold.h"
 #include "skipsoftmax/tiling.h"
@@ -29,6 +31,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+#if SKIPSOFTMAX_HAVE_CUDA
+constexpr bool kHaveCuda = true;
+#else
+constexpr bool kHaveCuda = false;
+#endif
+
 struct AttendArgs {
   std::string q, k, v;
   std::string cu_seqlens_q, cu_seqlens_k;  // empty: no ragged batch
@@ -36,10 +44,10 @@ struct AttendArgs {
   std::string scale_table;
   std::optional<double> threshold;  // nullopt: dense unless a table is given
   std::optional<double> softmax_scale;
-  int tile_q = TileShape{}.tile_q;
-  int tile_k = TileShape{}.tile_k;
+  std::optional<int> tile_q, tile_k;  // default: 128 x 128 (cpu), the kernel's vote tiles (cuda)
   std::string kv_order = to_string(TileShape{}.order);
   std::string backend = "cpu";
+  std::string cuda_dtype;  // empty: fp16 for fp16 inputs, bf16 for fp32 inputs
   int threads = 0;
   std::string out_dtype;  // empty: the input dtype
   std::string out, stats;
@@ -95,13 +103,36 @@ void check_output_dir(const std::string& path, const char* flag) {
   }
 }
 
-Settings parse_settings(const AttendArgs& a) {
+// The vote tiles: the flags' for the CPU reference (default 128 x 128); the kernel's for cuda,
+// where a flag that asks for other tiles is an error rather than silently ignored.
+TileShape parse_tiles(const AttendArgs& a, int head_dim) {
+  const KvOrder order = parse_order(a.kv_order);
   if (a.backend == "cuda") {
-    fail("--backend cuda is not available yet: it arrives with the GPU kernels; use --backend cpu");
+    const TileShape kernel = prefill_vote_tiles(head_dim, order);
+    if ((a.tile_q && *a.tile_q != kernel.tile_q) || (a.tile_k && *a.tile_k != kernel.tile_k)) {
+      fail("--backend cuda votes on " + std::to_string(kernel.tile_q) + " x " +
+           std::to_string(kernel.tile_k) + " tiles for head dim " + std::to_string(head_dim) +
+           "; drop --tile-q/--tile-k or give those values");
+    }
+    return kernel;
   }
-  if (a.backend != "cpu") fail("unknown --backend '" + a.backend + "' (valid: cpu)");
-  if (a.tile_q <= 0) fail("--tile-q must be positive, got " + std::to_string(a.tile_q));
-  if (a.tile_k <= 0) fail("--tile-k must be positive, got " + std::to_string(a.tile_k));
+  const TileShape defaults;
+  return {a.tile_q.value_or(defaults.tile_q), a.tile_k.value_or(defaults.tile_k), order};
+}
+
+Settings parse_settings(const AttendArgs& a) {
+  if (a.backend == "cuda" && !kHaveCuda) {
+    fail("--backend cuda: this build has no GPU kernels (nvcc was not found when it was "
+         "configured); use --backend cpu");
+  }
+  if (a.backend != "cpu" && a.backend != "cuda") {
+    fail("unknown --backend '" + a.backend + "' (valid: cpu, cuda)");
+  }
+  if (!a.cuda_dtype.empty() && a.cuda_dtype != "fp16" && a.cuda_dtype != "bf16") {
+    fail("unknown --cuda-dtype '" + a.cuda_dtype + "' (valid: fp16, bf16)");
+  }
+  if (a.tile_q && *a.tile_q <= 0) fail("--tile-q must be positive, got " + std::to_string(*a.tile_q));
+  if (a.tile_k && *a.tile_k <= 0) fail("--tile-k must be positive, got " + std::to_string(*a.tile_k));
   if (a.threads < 0)
     fail("--threads must be >= 0 (0: all cores), got " + std::to_string(a.threads));
   if (a.softmax_scale && !(std::isfinite(*a.softmax_scale) && *a.softmax_scale > 0)) {
@@ -116,7 +147,7 @@ Settings parse_settings(const AttendArgs& a) {
   if (!a.stats.empty()) check_output_dir(a.stats, "--stats");
 
   Settings s;
-  s.options.tiles = {a.tile_q, a.tile_k, parse_order(a.kv_order)};
+  parse_order(a.kv_order);  // checked here; the tiles are set once the head dim is known
   s.options.num_threads = a.threads;
   s.options.threshold = parse_threshold(a);
   s.out_dtype = parse_out_dtype(a.out_dtype);
@@ -300,9 +331,9 @@ void write_results(const AttendArgs& a, const NpyArray& out, const nlohmann::jso
   }
 }
 
-void run_attend(const AttendArgs& a) {
-  const Settings s = parse_settings(a);
-  const Inputs in = load_inputs(a);
+// The CPU reference in float64.
+AttentionStats run_cpu(const AttendArgs& a, const Settings& s, const Inputs& in,
+                       std::vector<double>& out) {
   PrefillProblem p;
   p.q = in.q.data();
   p.k = in.k.data();
@@ -314,25 +345,130 @@ void run_attend(const AttendArgs& a) {
   p.cu_seqlens_k = in.cu_k;
   p.causal = a.causal;
   p.softmax_scale = a.softmax_scale;
+  out.assign(in.q.size(), 0.0);
+  return reference_prefill(p, s.options, out.data());
+}
 
-  std::vector<double> out(in.q.size());
+#if SKIPSOFTMAX_HAVE_CUDA
+std::vector<std::uint16_t> to_bits(const std::vector<float>& x, DType t) {
+  std::vector<std::uint16_t> bits(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    bits[i] = t == DType::kBF16 ? float_to_bf16(x[i]) : float_to_half(x[i]);
+  }
+  return bits;
+}
+
+std::vector<std::int32_t> to_int32(const std::vector<std::int64_t>& cu) {
+  std::vector<std::int32_t> out;
+  for (std::int64_t x : cu) {
+    if (x >= (std::int64_t{1} << 31)) fail("--backend cuda: more than 2^31 tokens");
+    out.push_back(static_cast<std::int32_t>(x));
+  }
+  return out;
+}
+
+// The Hopper kernels. Tile counts come from the GPU; the skipped softmax mass is not measured
+// there (it would cost the exponentials the kernel skips), so it is reported as null.
+AttentionStats run_cuda(const AttendArgs& a, const Settings& s, const Inputs& in,
+                        std::vector<double>& out, KernelChoice& kernel) {
+  const DType dtype = !a.cuda_dtype.empty()
+                          ? (a.cuda_dtype == "bf16" ? DType::kBF16 : DType::kF16)
+                          : (in.dtype == NpyDtype::kF16 ? DType::kF16 : DType::kBF16);
+  PrefillArguments args;
+  args.dtype = dtype;
+  args.head_dim = in.head_dim;
+  args.batch = static_cast<int>(in.cu_q.size()) - 1;
+  args.total_q = in.cu_q.back();
+  args.total_k = in.cu_k.back();
+  for (int b = 0; b < args.batch; ++b) {
+    const std::int64_t lq = in.cu_q[b + 1] - in.cu_q[b], lk = in.cu_k[b + 1] - in.cu_k[b];
+    args.max_seqlen_q = std::max<int>(args.max_seqlen_q, static_cast<int>(lq));
+    args.max_seqlen_k = std::max<int>(args.max_seqlen_k, static_cast<int>(lk));
+    args.kv_history |= lk > lq;
+  }
+  args.num_heads_q = in.heads_q;
+  args.num_heads_kv = in.heads_kv;
+  args.causal = a.causal;
+  args.softmax_scale = a.softmax_scale;
+  args.threshold = s.options.threshold;
+  args.kv_order = s.options.tiles.order;
+  const HostPrefillResult r = run_prefill_host(args, to_bits(in.q, dtype), to_bits(in.k, dtype),
+                                               to_bits(in.v, dtype), to_int32(in.cu_q),
+                                               to_int32(in.cu_k));
+  kernel = r.kernel;
+  out.resize(r.out.size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = dtype == DType::kBF16 ? bf16_to_float(r.out[i]) : half_to_float(r.out[i]);
+  }
+  AttentionStats st;
+  for (int b = 0; b < args.batch; ++b) {
+    SequenceStats q;
+    q.q_len = in.cu_q[b + 1] - in.cu_q[b];
+    q.kv_len = in.cu_k[b + 1] - in.cu_k[b];
+    q.lambda = s.options.threshold.lambda_for(q.kv_len);
+    if (r.kernel == KernelChoice::kSkip) {
+      q.tiles_total = static_cast<std::int64_t>(r.stats[2 * b]);
+      q.tiles_skipped = static_cast<std::int64_t>(r.stats[2 * b + 1]);
+    }
+    for (std::int64_t t = in.cu_q[b] * in.heads_q; t < in.cu_q[b + 1] * in.heads_q; ++t) {
+      for (int d = 0; d < in.head_dim; ++d) {
+        if (std::isnan(out[t * in.head_dim + d])) {
+          ++q.nan_rows;
+          break;
+        }
+      }
+    }
+    st.tiles_total += q.tiles_total;
+    st.tiles_skipped += q.tiles_skipped;
+    st.nan_rows += q.nan_rows;
+    st.sequences.push_back(q);
+  }
+  return st;
+}
+#endif
+
+void run_attend(const AttendArgs& a) {
+  Settings s = parse_settings(a);
+  const Inputs in = load_inputs(a);
+  s.options.tiles = parse_tiles(a, in.head_dim);
+
+  std::vector<double> out;
   const auto start = std::chrono::steady_clock::now();
-  const AttentionStats st = reference_prefill(p, s.options, out.data());
+  AttentionStats st;
+  std::string kernel = "cpu reference";
+#if SKIPSOFTMAX_HAVE_CUDA
+  if (a.backend == "cuda") {
+    KernelChoice choice{};
+    st = run_cuda(a, s, in, out, choice);
+    kernel = std::string(to_string(choice)) + " kernel";
+  } else {
+    st = run_cpu(a, s, in, out);
+  }
+#else
+  st = run_cpu(a, s, in, out);
+#endif
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
 
-  write_results(a, make_npy_float(s.out_dtype.value_or(in.dtype), in.q_shape, out),
-                stats_json(a, s, st));
+  nlohmann::json stats = stats_json(a, s, st);
+  stats["kernel"] = kernel;
+  if (a.backend == "cuda") {
+    stats["mass_share"] = nullptr;
+    for (auto& seq : stats["sequences"]) seq["mass_share"] = seq["mass_share_max"] = nullptr;
+  }
+  write_results(a, make_npy_float(s.out_dtype.value_or(in.dtype), in.q_shape, out), stats);
   std::printf(
-      "%s: %zu sequence%s, %lld of %lld tiles skipped (sparsity %.2f%%), mass share %.3e, "
+      "%s (%s): %zu sequence%s, %lld of %lld tiles skipped (sparsity %.2f%%), mass share %s, "
       "%lld NaN rows, %.3f s\n",
-      a.backend.c_str(), st.sequences.size(), st.sequences.size() == 1 ? "" : "s",
+      a.backend.c_str(), kernel.c_str(), st.sequences.size(), st.sequences.size() == 1 ? "" : "s",
       static_cast<long long>(st.tiles_skipped), static_cast<long long>(st.tiles_total),
-      100.0 * st.sparsity(), st.mass_share, static_cast<long long>(st.nan_rows), elapsed.count());
+      100.0 * st.sparsity(),
+      a.backend == "cuda" ? "not measured on the GPU" : std::to_string(st.mass_share).c_str(),
+      static_cast<long long>(st.nan_rows), elapsed.count());
 }
 
 void add_attend(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
-      "attend", "Prefill attention with skip-softmax on .npy tensors (CPU reference)");
+      "attend", "Prefill attention with skip-softmax on .npy tensors (CPU reference or GPU)");
   auto a = std::make_shared<AttendArgs>();
   cmd->add_option("--q", a->q, "Queries [total_q, Hq, D] or [B, Sq, Hq, D], fp16 or fp32")
       ->required();
@@ -347,12 +483,14 @@ void add_attend(CLI::App& app) {
   auto* threshold = cmd->add_option("--threshold", a->threshold, "Flat lambda in [0, 1)");
   table->excludes(threshold);
   cmd->add_option("--softmax-scale", a->softmax_scale, "Default 1/sqrt(head_dim)");
-  cmd->add_option("--tile-q", a->tile_q, "Query rows per vote")->capture_default_str();
-  cmd->add_option("--tile-k", a->tile_k, "Keys per KV tile")->capture_default_str();
+  cmd->add_option("--tile-q", a->tile_q, "Query rows per vote (cpu default 128; cuda: the kernel's)");
+  cmd->add_option("--tile-k", a->tile_k, "Keys per KV tile (cpu default 128; cuda: the kernel's)");
   cmd->add_option("--kv-order", a->kv_order, "KV tile order: " + kv_order_names())
       ->capture_default_str();
-  cmd->add_option("--backend", a->backend, "cpu (cuda arrives with the GPU kernels)")
+  cmd->add_option("--backend", a->backend, "cpu (float64 reference) or cuda (Hopper kernels)")
       ->capture_default_str();
+  cmd->add_option("--cuda-dtype", a->cuda_dtype,
+                  "fp16 or bf16 for --backend cuda; default fp16 for fp16 inputs, bf16 for fp32");
   cmd->add_option("--threads", a->threads, "CPU threads, 0 for all")->capture_default_str();
   cmd->add_option("--out-dtype", a->out_dtype, "f16, f32 or f64; default the input dtype");
   cmd->add_option("--out", a->out, "Output .npy, shaped like q")->required();

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "skipsoftmax/threshold.h"
 #include "skipsoftmax/tiling.h"
@@ -64,5 +65,25 @@ KernelChoice run_prefill(const PrefillArguments& args, void* workspace, void* st
 
 // Whether this process sees a GPU the kernels run on (compute capability 9.0).
 bool hopper_gpu_available();
+
+}  // namespace skipsoftmax
+
+namespace skipsoftmax {
+
+// Prefill on tensors held in host memory (16-bit values: fp16 or bf16 bits), for tools and tests:
+// copies them to the device, runs run_prefill on the default stream, copies the output back.
+// `args` gives everything but the device pointers (q, k, v, out, cu_seqlens and stats are
+// filled in here). Throws like run_prefill, and std::runtime_error when no Hopper GPU is present.
+struct HostPrefillResult {
+  std::vector<std::uint16_t> out;          // [total_q, num_heads_q, head_dim]
+  std::vector<unsigned long long> stats;   // [batch][2] visited, skipped (skip kernel only)
+  KernelChoice kernel = KernelChoice::kDense;
+  double kernel_ms = 0.0;                  // one launch, timed with CUDA events
+};
+HostPrefillResult run_prefill_host(PrefillArguments args, const std::vector<std::uint16_t>& q,
+                                   const std::vector<std::uint16_t>& k,
+                                   const std::vector<std::uint16_t>& v,
+                                   const std::vector<std::int32_t>& cu_seqlens_q,
+                                   const std::vector<std::int32_t>& cu_seqlens_k);
 
 }  // namespace skipsoftmax

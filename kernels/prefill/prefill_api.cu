@@ -97,12 +97,6 @@ void launch(const Params& params, const PrefillArguments& a, cudaStream_t stream
 
 }  // namespace
 
-const char* to_string(DType dtype) { return dtype == DType::kBF16 ? "bf16" : "fp16"; }
-
-TileShape prefill_vote_tiles(int head_dim, KvOrder order) {
-  return {64, head_dim <= 128 ? 128 : 64, order};
-}
-
 std::string can_implement(const PrefillArguments& a) {
   std::ostringstream why;
   if (a.head_dim != 64 && a.head_dim != 128 && a.head_dim != 256) {
