@@ -384,7 +384,7 @@ TEST_F(CliAttendTest, BadInputFailsAndLeavesNoOutput) {
       {"kv order", "forward, reverse, sink-reverse",
        [](auto&, auto& a) { a.set("--kv-order", "backwards"); }},
 #if SKIPSOFTMAX_HAVE_CUDA
-      {"cuda tiles", "--backend cuda votes on 16 x 128 tiles",
+      {"cuda tiles", "--backend cuda votes on 64 x 128 tiles",
        [](auto&, auto& a) {
          a.set("--backend", "cuda");
          a.set("--tile-q", "128");

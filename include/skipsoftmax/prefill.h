@@ -49,8 +49,8 @@ struct PrefillArguments {
   std::optional<KernelChoice> force_kernel;
 };
 
-// The tiling the kernels vote with: 16 query rows (one consumer warp) x a KV tile of 128 keys (64
-// for head dim 256). The CPU reference reproduces the GPU's decisions with this TileShape.
+// The tiling the kernels vote with: 64 query rows (one consumer warpgroup) x kv tile of 128 keys
+// (64 for head dim 256). The CPU reference reproduces the GPU's decisions with this TileShape.
 TileShape prefill_vote_tiles(int head_dim, KvOrder order);
 
 // Empty when the kernels can run these arguments; else the reason.

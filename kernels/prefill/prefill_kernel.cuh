@@ -7,19 +7,17 @@
 // memory, P from registers), and the next tile's Q K^T is issued before this tile's P V so that
 // the softmax of one overlaps the matrix products of the other.
 //
-// Skip variant (kSkip): after each S tile every consumer warp votes on its 16 rows. The warp skips
-// the tile when rowmax(S) - max(m_run, rowmax(S)) < ln(lambda) / scale holds for all of them (raw
-// scores); a row that sees no key of the tile votes skip. A skipping warp runs no exponentials and
-// gives zeros as its rows of P; the warpgroup drops the tile's P V when all four warps skipped
-// it. The vote unit is therefore 16 query rows x kBlockN keys: the CPU reference with tile_q = 16
-// and tile_k = kBlockN emulates it exactly.
+// Skip variant (kSkip): after each S tile every consumer warpgroup votes. The tile is skipped when
+// rowmax(S) - max(m_run, rowmax(S)) < log2(lambda) (log2 domain, scores pre-scaled by
+// scale * log2 e) holds for all 64 rows of the warpgroup; a row that sees no key of the tile votes
+// skip. A skipped tile runs no exponentials and no P V. The vote unit is therefore 64 query rows x
+// kBlockN keys: the CPU reference with tile_q = 64 and tile_k = kBlockN emulates it exactly.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "../hopper/ptx.cuh"
 #include "prefill_params.h"
@@ -29,7 +27,7 @@ namespace skipsoftmax::prefill {
 template <int kHeadDim>
 struct TileConfig {
   static constexpr int kBlockM = 128;                       // query rows per CTA
-  static constexpr int kRowsPerWarpgroup = 64;              // rows of one consumer warpgroup
+  static constexpr int kRowsPerWarpgroup = 64;              // the vote unit's rows
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;  // keys per KV tile
 #ifndef SKIPSOFTMAX_K_STAGES
 #define SKIPSOFTMAX_K_STAGES 3
@@ -55,9 +53,11 @@ struct alignas(1024) SharedStorage {
   std::uint64_t empty_k[Cfg::kStagesK];
   std::uint64_t full_v[Cfg::kStagesV];
   std::uint64_t empty_v[Cfg::kStagesV];
-  // Skip kernels: each consumer warp's verdict on the last two KV tiles ([warpgroup][tile % 2]
-  // [warp]); a warpgroup runs a tile's P V unless all four of its warps skipped the tile.
-  std::uint8_t warp_skipped[2][2][4];
+  // Skip kernels: each consumer warpgroup's verdict on a KV tile, read by the producer before it
+  // loads (or drops) that tile's V. Indexed like the K stages, which bounds how far the consumers
+  // run ahead of the producer.
+  std::uint64_t voted[Cfg::kStagesK];
+  int verdict[Cfg::kStagesK][2];
 };
 static_assert(sizeof(SharedStorage<256>) <= 227 * 1024, "shared memory of an H100/H200 SM");
 
@@ -67,6 +67,14 @@ static_assert(sizeof(SharedStorage<256>) <= 227 * 1024, "shared memory of an H10
 // The two consumer warpgroups take turns at issuing their matrix products, so that one's softmax
 // runs while the other's products occupy the tensor cores.
 inline constexpr bool kPingPong = SKIPSOFTMAX_PINGPONG;
+
+#ifndef SKIPSOFTMAX_PREFILL_DROP_V
+#define SKIPSOFTMAX_PREFILL_DROP_V 0
+#endif
+// Skip kernels: the producer waits for both warpgroups' votes on a tile and drops the V load when
+// both skip it. Measured on the H200 (docs/PERFORMANCE.md): the V load then starts a softmax
+// later and P V waits for it, which costs more than the bytes save, so it is off by default.
+inline constexpr bool kDropSkippedV = SKIPSOFTMAX_PREFILL_DROP_V;
 
 // Named barrier ids: 0 is __syncthreads. Per consumer warpgroup: one for its vote and one for its
 // turn at issuing matrix products.
@@ -178,11 +186,22 @@ __device__ __forceinline__ void produce(const Params& p, const CtaWork& w,
                   b * Cfg::kBoxCols, w.kv_head, row);
     }
   };
-  // V is loaded for every tile, skipped or not: waiting for the votes before the load would start
-  // it a softmax later, and P V would wait for it (measured: docs/PERFORMANCE.md).
+  // V of a tile is loaded unless both consumer warpgroups voted to skip it; a dropped load still
+  // completes its full barrier's phase (an arrival without bytes), so every stage keeps one phase
+  // per tile.
   const auto load_v = [&](int pos) {
     const int stage = pos % Cfg::kStagesV;
+    bool needed = true;
+    if (kDropSkippedV && w.voting) {
+      const int slot = pos % Cfg::kStagesK;
+      mbar_wait(&s.voted[slot], (pos / Cfg::kStagesK) & 1);
+      needed = !(s.verdict[slot][0] && s.verdict[slot][1]);
+    }
     mbar_wait(&s.empty_v[stage], ((pos / Cfg::kStagesV) & 1) ^ 1);
+    if (!needed) {
+      mbar_arrive(&s.full_v[stage]);
+      return;
+    }
     const int row = w.kv_start + kv_tile_at(p.kv_order, pos, w.n_tiles) * Cfg::kBlockN;
     mbar_arrive_expect_tx(&s.full_v[stage], kKvBytes);
     for (int b = 0; b < Cfg::kDBoxes; ++b) {
@@ -214,6 +233,7 @@ struct Consumer {
   int wg;          // consumer warpgroup 0 or 1
   int tid;         // thread in the warpgroup
   int row0;        // first of this thread's two rows, relative to the sequence's query start
+  int wg_row_end;  // one past the last query row of this warpgroup that exists
 
   float o[kHeadDim / 2];
   float m[2] = {kNegInf, kNegInf};
@@ -259,10 +279,8 @@ struct Consumer {
     hopper::fence_registers(pa);
   }
 
-  // Does some row of this warp see a key of the tile (causal: bottom-right aligned)?
-  __device__ bool tile_visible_to_warp(int tile) const {
-    return tile < visible_tiles(warp_row_begin(), warp_row_end());
-  }
+  // Does some row of this warpgroup see a key of the tile (causal: bottom-right aligned)?
+  __device__ bool tile_visible(int tile) const { return tile < visible_tiles(); }
   __device__ int row_base() const {
     return w.m_block * Cfg::kBlockM + wg * Cfg::kRowsPerWarpgroup;
   }
@@ -298,24 +316,16 @@ struct Consumer {
     }
   }
 
-  // The skip vote of this warp's 16 rows (kSkip only), in raw score units: the row gap times the
+  // The skip vote of the whole warpgroup (kSkip only), in raw score units: the row gap times the
   // softmax scale is compared with ln(lambda), i.e. the raw gap with log2(lambda) / scale_log2.
-  // One warp vote, no barrier: the warps of a warpgroup combine their verdicts a tile later.
   __device__ bool vote_skip(const float (&mx)[2]) const {
     bool votes = true;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       votes &= mx[i] == kNegInf || mx[i] - fmaxf(m[i], mx[i]) < w.skip_gap;
     }
-    return __all_sync(0xffffffff, votes);
-  }
-
-  // Whether every warp of this warpgroup skipped the tile at visit position pos: then its P V is
-  // not run. Read after a barrier that all four warps passed after publishing their verdicts.
-  __device__ bool warpgroup_skipped(int pos) const {
-    std::uint32_t word;
-    memcpy(&word, s.warp_skipped[wg][pos & 1], sizeof word);
-    return __shfl_sync(0xffffffff, word == 0x01010101u, 0);
+    // The shuffle tells the compiler what bar.red already guarantees: the verdict is uniform.
+    return __shfl_sync(0xffffffff, hopper::named_barrier_and(kVoteBarrier + wg, 128, votes), 0);
   }
 
   // exp2 of the tile, the running sums, and the factor that rescales O. Leaves P in sc.
@@ -362,15 +372,6 @@ struct Consumer {
     }
   }
 
-  // A skipping warp's rows of P: zeros, so that they add nothing if the warpgroup runs P V.
-  __device__ void clear_p() {
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) pa[kk][r] = 0u;
-    }
-  }
-
   // Rows of a partial last tile beyond the sequence may hold anything (the next sequence, or
   // NaN-poisoned memory); P is 0 there, but 0 * NaN is NaN, so zero those V rows before P V.
   // Both consumer warpgroups may write the same zeros; each fences and syncs its own writes.
@@ -394,6 +395,7 @@ struct Consumer {
   __device__ void run() {
     const int warp = tid / 32, lane = tid % 32;
     row0 = row_base() + warp * 16 + lane / 4;
+    wg_row_end = min(row_base() + Cfg::kRowsPerWarpgroup, w.q_len);
 #pragma unroll
     for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
     hopper::mbar_wait(&s.full_q, 0);
@@ -415,8 +417,8 @@ struct Consumer {
     if (kPingPong && wg == 0) hopper::named_barrier_sync(kTurnBarrier, 256);
 
     if constexpr (kSkip) {
-      if (p.stats != nullptr && tid % 32 == 0) {
-        const int visited = visible_tiles(warp_row_begin(), warp_row_end());
+      if (p.stats != nullptr && tid == 0) {
+        const int visited = visible_tiles();
         if (visited > 0) {
           const int seq = blockIdx.z;
           atomicAdd(&p.stats[2 * seq], static_cast<unsigned long long>(visited));
@@ -427,34 +429,30 @@ struct Consumer {
     store_output();
   }
 
-  // KV tiles that some row of [row_begin, row_end) sees: the tiles the reference visits for that
-  // query tile.
-  __device__ int visible_tiles(int row_begin, int row_end) const {
-    if (row_end <= row_begin) return 0;
-    const int keys = kCausal ? w.kv_len - w.q_len + row_end : w.kv_len;
+  // KV tiles that some row of this warpgroup sees: the tiles the reference visits for this query
+  // tile (tile_q = 64).
+  __device__ int visible_tiles() const {
+    if (wg_row_end <= row_base()) return 0;
+    const int keys = kCausal ? w.kv_len - w.q_len + wg_row_end : w.kv_len;
     return min(w.n_tiles, (keys + kN - 1) / kN);
   }
-  // This warp's 16 query rows (the vote unit), clipped to the sequence.
-  __device__ int warp_row_begin() const { return row_base() + (tid / 32) * 16; }
-  __device__ int warp_row_end() const { return min(warp_row_begin() + 16, w.q_len); }
 
   // Each tile's Q K^T is issued with the previous tile's P V, so that the softmax of one overlaps
   // the matrix products of the other. Every iteration commits two groups (the second empty when
   // there is no P V to run) so that the waits are the same on every path: ptxas serializes wgmma
   // when it cannot prove that registers an in-flight wgmma uses are left alone.
-  //
-  // kVote: each warp votes on its 16 rows. A warp that skips a tile runs no exponentials and gives
-  // zeros as its rows of P; the warpgroup's P V of the tile is dropped when all four warps skipped
-  // it, which they learn a tile later, after the turn barrier all of them pass (so the vote costs
-  // one warp vote and no barrier of its own). Returns the visible tiles this warp skipped.
+  // kVote: take the skip vote on every tile. Returns the number of visible tiles skipped.
   template <bool kVote>
   __device__ int mainloop() {
     using namespace hopper;
-    static_assert(!kVote || kPingPong, "the verdicts are combined at the turn barrier");
     int skipped = 0;
     float sc[kN / 2];
     bool pending_pv = false;  // P of the previous tile waits in pa for its P V
     int pending_stage = 0, pending_tile = 0;
+    // Bit per V stage: this warpgroup skipped the stage's last tile and has neither observed its
+    // full phase nor released it. Settled just before voting on the next tile of that stage, so
+    // that no V barrier ever runs two phases ahead of a waiter (parity waits would alias).
+    [[maybe_unused]] unsigned owed = 0;
     for (int pos = 0; pos < w.n_tiles; ++pos) {
       const int k_stage = pos % Cfg::kStagesK;
       const int v_stage = pos % Cfg::kStagesV;
@@ -462,11 +460,9 @@ struct Consumer {
 
       mbar_wait(&s.full_k[k_stage], (pos / Cfg::kStagesK) & 1);
       if (kPingPong) named_barrier_sync(kTurnBarrier + wg, 256);
-      // Past the turn barrier every warp of this warpgroup has published its previous verdict.
-      const bool run_pv = pending_pv && !(kVote && warpgroup_skipped(pos - 1));
       issue_qk(sc, k_stage);
-      if (pending_pv) mbar_wait(&s.full_v[pending_stage], ((pos - 1) / Cfg::kStagesV) & 1);
-      if (run_pv) {
+      if (pending_pv) {
+        mbar_wait(&s.full_v[pending_stage], ((pos - 1) / Cfg::kStagesV) & 1);
         zero_v_tail(pending_stage, pending_tile);
         issue_pv(pending_stage);
       }
@@ -481,9 +477,21 @@ struct Consumer {
       bool skip = false;
       if constexpr (kVote) {
         skip = vote_skip(mx);
-        if (tid % 32 == 0) s.warp_skipped[wg][pos & 1][tid / 32] = skip;
-        // Tiles no row of this warp can see are not visited in the reference's sense.
-        skipped += skip && tile_visible_to_warp(tile);
+        if constexpr (kDropSkippedV) {
+          if (owed & (1u << v_stage)) {
+            mbar_wait(&s.full_v[v_stage], ((pos - Cfg::kStagesV) / Cfg::kStagesV) & 1);
+            release(&s.empty_v[v_stage]);
+            owed &= ~(1u << v_stage);
+          }
+          // Publish the verdict: the producer loads this tile's V only if a warpgroup needs it.
+          if (tid == 0) {
+            const int slot = pos % Cfg::kStagesK;
+            s.verdict[slot][wg] = skip;
+            mbar_arrive(&s.voted[slot]);
+          }
+        }
+        // Tiles no row of this warpgroup can see are not visited in the reference's sense.
+        skipped += skip && tile_visible(tile);
       }
       float corr[2] = {1.f, 1.f};
       if (!skip) softmax(sc, mx, corr);
@@ -494,26 +502,27 @@ struct Consumer {
       fence_registers(pa);
       if (pending_pv) release(&s.empty_v[pending_stage]);
       if (skip) {
-        clear_p();
-      } else {
-        rescale_o(corr);
-        convert_p(sc);
+        // This warpgroup never reads the V of a skipped tile. With dropped loads the stage is
+        // released when the next tile of the stage is voted on; otherwise once its copy landed.
+        if constexpr (kDropSkippedV) {
+          owed |= 1u << v_stage;
+        } else {
+          mbar_wait(&s.full_v[v_stage], (pos / Cfg::kStagesV) & 1);
+          release(&s.empty_v[v_stage]);
+        }
+        pending_pv = false;
+        continue;
       }
+      rescale_o(corr);
+      convert_p(sc);
       pending_pv = true;
       pending_stage = v_stage;
       pending_tile = tile;
     }
     if (pending_pv) {
-      bool run_pv = true;
-      if constexpr (kVote) {
-        named_barrier_sync(kVoteBarrier + wg, 128);  // every warp's last verdict is published
-        run_pv = !warpgroup_skipped(w.n_tiles - 1);
-      }
       mbar_wait(&s.full_v[pending_stage], ((w.n_tiles - 1) / Cfg::kStagesV) & 1);
-      if (run_pv) {
-        zero_v_tail(pending_stage, pending_tile);
-        issue_pv(pending_stage);
-      }
+      zero_v_tail(pending_stage, pending_tile);
+      issue_pv(pending_stage);
       wgmma_commit();
       wgmma_wait<0>();
       fence_registers(o);
@@ -571,6 +580,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim>::kThreads, 1)
       mbar_init(&s.full_v[i], 1);
       mbar_init(&s.empty_v[i], 8);
     }
+    for (int i = 0; i < Cfg::kStagesK; ++i) mbar_init(&s.voted[i], 2);  // one per warpgroup
     fence_barrier_init();
   }
   __syncthreads();

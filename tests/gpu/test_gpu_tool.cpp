@@ -50,7 +50,7 @@ TEST(GpuTool, AttendCudaMatchesTheCpuReference) {
   ASSERT_EQ(run_tool(common + " --backend cuda --out " + (dir / "gpu.npy").string() + " --stats " +
                      (dir / "gpu.json").string()),
             0);
-  ASSERT_EQ(run_tool(common + " --backend cpu --tile-q 16 --tile-k 128 --out " +
+  ASSERT_EQ(run_tool(common + " --backend cpu --tile-q 64 --tile-k 128 --out " +
                      (dir / "cpu.npy").string() + " --stats " + (dir / "cpu.json").string()),
             0);
   const std::vector<float> gpu = to_float_vector(read_npy(dir / "gpu.npy"), "gpu");
@@ -62,7 +62,7 @@ TEST(GpuTool, AttendCudaMatchesTheCpuReference) {
   }
   EXPECT_LT(std::sqrt(num / den), 2e-3);
   const nlohmann::json gs = read_json_file(dir / "gpu.json"), cs = read_json_file(dir / "cpu.json");
-  EXPECT_EQ(gs["tile_q"], 16);
+  EXPECT_EQ(gs["tile_q"], 64);
   EXPECT_EQ(gs["tiles_total"], cs["tiles_total"]);
   EXPECT_LE(std::abs(gs["tiles_skipped"].get<long long>() - cs["tiles_skipped"].get<long long>()), 2);
   EXPECT_GT(cs["tiles_skipped"].get<long long>(), 0);
