@@ -30,11 +30,12 @@ TEST(GpuTool, AttendCudaMatchesTheCpuReference) {
   if (!hopper_gpu_available()) GTEST_SKIP() << "no Hopper GPU on this machine";
   const fs::path dir = fs::temp_directory_path() / ("skipsoftmax_gpu_tool_" + std::to_string(getpid()));
   fs::create_directories(dir);
-  // A ragged causal fp16 batch with history, real-structure inputs.
-  const HostBatch b = make_host_batch(DType::kF16, 4, 2, 128, {700, 1500}, {1300, 1500}, 9);
+  // A ragged causal batch with history, real-structure inputs: fp32 files holding bf16 values, so
+  // that the kernels (bf16, the default for fp32 inputs) and the reference see the same numbers.
+  const HostBatch b = make_host_batch(DType::kBF16, 4, 2, 128, {700, 1500}, {1300, 1500}, 9);
   const auto write = [&](const char* name, const std::vector<float>& x, std::int64_t rows, int heads) {
     std::vector<double> values(x.begin(), x.end());
-    write_npy_atomic(dir / name, make_npy_float(NpyDtype::kF16, {rows, heads, b.dim}, values));
+    write_npy_atomic(dir / name, make_npy_float(NpyDtype::kF32, {rows, heads, b.dim}, values));
   };
   write("q.npy", b.q, b.cu_q.back(), b.hq);
   write("k.npy", b.k, b.cu_k.back(), b.hkv);
@@ -60,7 +61,7 @@ TEST(GpuTool, AttendCudaMatchesTheCpuReference) {
     num += (gpu[i] - cpu[i]) * double(gpu[i] - cpu[i]);
     den += double(cpu[i]) * cpu[i];
   }
-  EXPECT_LT(std::sqrt(num / den), 2e-3);
+  EXPECT_LT(std::sqrt(num / den), 1e-2);  // bf16: P is rounded to bf16 before P V
   const nlohmann::json gs = read_json_file(dir / "gpu.json"), cs = read_json_file(dir / "cpu.json");
   EXPECT_EQ(gs["tile_q"], 64);
   EXPECT_EQ(gs["tiles_total"], cs["tiles_total"]);
