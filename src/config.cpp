@@ -30,17 +30,9 @@ std::invalid_argument error_in(const std::string& where, const std::string& what
   return std::invalid_argument(where + ": " + what);
 }
 
-ordered_json parse_json_text(std::string_view text, const std::string& context) {
-  try {
-    return ordered_json::parse(text);
-  } catch (const ordered_json::parse_error& e) {
-    throw error_in(context, "malformed JSON at byte " + std::to_string(e.byte) + " (" +
-                                std::to_string(text.size()) + " bytes)");
-  }
-}
 
 ordered_json parse_json_object(std::string_view text, const std::string& context) {
-  ordered_json j = parse_json_text(text, context);
+  ordered_json j = parse_json_text<ordered_json>(text, context);
   if (!j.is_object()) {
     throw error_in(context, "expected a JSON object, got " + std::string(j.type_name()));
   }
@@ -447,7 +439,7 @@ EngineConfig load_engine_config(const fs::path& engine_dir) {
 
 bool is_engine_dir(const fs::path& dir) {
   const fs::path path = config_path(dir, "checkpoint or engine");
-  const ordered_json j = parse_json_text(read_text_file(path), path.string());
+  const ordered_json j = parse_json_text<ordered_json>(read_text_file(path), path.string());
   return j.is_object() && j.contains(std::string(kCheckpointDirKey));
 }
 

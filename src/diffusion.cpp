@@ -29,14 +29,6 @@ std::invalid_argument error_in(const std::string& where, const std::string& what
   return std::invalid_argument(where + ": " + what);
 }
 
-json parse_json_text(std::string_view text, const std::string& context) {
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw error_in(context, "malformed JSON at byte " + std::to_string(e.byte) + " (" +
-                                std::to_string(text.size()) + " bytes)");
-  }
-}
 
 std::string without_spaces(std::string s) {
   s.erase(std::remove_if(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); }),

@@ -25,15 +25,7 @@ std::string read_text_file(const fs::path& path) {
 }
 
 nlohmann::json read_json_file(const fs::path& path) {
-  const std::string text = read_text_file(path);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    std::ostringstream msg;
-    msg << path.string() << ": malformed JSON at byte " << e.byte << " (" << text.size()
-        << " bytes in the file)";
-    throw std::runtime_error(msg.str());
-  }
+  return parse_json_text(read_text_file(path), path.string());
 }
 
 void write_file_atomic(const fs::path& path, const std::function<void(std::ostream&)>& write) {

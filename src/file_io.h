@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <functional>
 #include <iosfwd>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -14,8 +16,20 @@ namespace skipsoftmax {
 // Throws std::runtime_error("<path>: ...") when the file is missing or unreadable.
 std::string read_text_file(const std::filesystem::path& path);
 
-// Parses a JSON file; a missing file, malformed or truncated JSON throws std::runtime_error naming
-// the file and the byte offset of the problem.
+// Parses JSON text (nlohmann::json, or nlohmann::ordered_json where key order matters); malformed
+// or truncated text throws std::invalid_argument("<context>: malformed JSON at byte N (M bytes)").
+template <typename Json = nlohmann::json>
+Json parse_json_text(std::string_view text, const std::string& context) {
+  try {
+    return Json::parse(text);
+  } catch (const typename Json::parse_error& e) {
+    throw std::invalid_argument(context + ": malformed JSON at byte " + std::to_string(e.byte) +
+                                " (" + std::to_string(text.size()) + " bytes)");
+  }
+}
+
+// Parses a JSON file; a missing file throws std::runtime_error, malformed or truncated JSON
+// std::invalid_argument, both naming the file (and the byte offset of the problem).
 nlohmann::json read_json_file(const std::filesystem::path& path);
 
 // Calls write(stream) on a temporary file next to `path`, then renames it over `path`. If write

@@ -1,5 +1,7 @@
 // `skipsoftmax attend` end to end: the built tool on .npy files, against direct reference calls.
 #include <gtest/gtest.h>
+
+#include "test_util.h"
 #include <stdlib.h>
 #include <sys/wait.h>
 
@@ -92,14 +94,8 @@ PrefillProblem problem_of(const Batch& b, bool causal) {
 }
 
 // Helpers are public: the bad-input cases call them through a CliAttendTest&.
-class CliAttendTest : public ::testing::Test {
+class CliAttendTest : public test::TempDirTest {
  public:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "skipsoftmax_attend_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
@@ -150,8 +146,6 @@ class CliAttendTest : public ::testing::Test {
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return read_npy(path("O.npy"));
   }
-
-  fs::path dir_;
 };
 
 std::vector<double> reference_output(const PrefillProblem& p, const ReferenceOptions& opt,

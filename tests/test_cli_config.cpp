@@ -1,6 +1,8 @@
 // The export, inspect and schedule subcommands, run as the built tool on temporary directories:
 // exit codes, messages, and that a failing command leaves no output file behind.
 #include <gtest/gtest.h>
+
+#include "test_util.h"
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -36,15 +38,12 @@ struct ToolRun {
   std::string err;
 };
 
-class Cli : public ::testing::Test {
+class Cli : public test::TempDirTest {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "skipsoftmax_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
+    TempDirTest::SetUp();
     write(ckpt() / "config.json", kCheckpoint);
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   fs::path ckpt() const { return dir_ / "ckpt"; }
   fs::path engine() const { return dir_ / "engine"; }
@@ -83,8 +82,6 @@ class Cli : public ::testing::Test {
     EXPECT_NE(r.err.find(message), std::string::npos) << flags << "\nstderr: " << r.err;
     EXPECT_FALSE(fs::exists(engine())) << flags;
   }
-
-  fs::path dir_;
 };
 
 TEST_F(Cli, ExportWithoutFlagsDeploysTheCheckpointTier) {

@@ -2,6 +2,8 @@
 // and its strict loader, and the atomic rewrite of a checkpoint's skip keys.
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -39,20 +41,8 @@ const ScaleTable kDecodeDeployed({{1, 500.5}});
 const ScaleTable kDecode60({{64, 10.0}});
 const ScaleTable kFlagTable({{8, 4.0}});
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::message_of;
 
-#define EXPECT_ERROR_HAS(statement, text)                             \
-  do {                                                                \
-    const std::string msg_ = message_of([&] { statement; });          \
-    EXPECT_NE(msg_.find(text), std::string::npos) << "got: " << msg_; \
-  } while (0)
 
 // kCheckpoint with some keys replaced or (null) removed.
 CheckpointConfig checkpoint_with(const json& changes = json::object()) {
@@ -464,19 +454,12 @@ TEST(MergeSkipKeys, RefusesNonSkipKeysAndInvalidResults) {
   EXPECT_ERROR_HAS(merge_skip_keys("{", "{}", "c"), "c: malformed JSON");
 }
 
-class TempDir : public ::testing::Test {
+class TempDir : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "skipsoftmax_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   static void write(const fs::path& path, const std::string& text) {
     fs::create_directories(path.parent_path());
     std::ofstream(path) << text;
   }
-  fs::path dir_;
 };
 
 using CheckpointFiles = TempDir;

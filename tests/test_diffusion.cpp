@@ -2,6 +2,8 @@
 // ignore patterns on full and relative names, and the timestep gate.
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -38,20 +40,8 @@ constexpr const char* kGroups = R"j({
   }
 })j";
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::message_of;
 
-#define EXPECT_ERROR_HAS(statement, text)                             \
-  do {                                                                \
-    const std::string msg_ = message_of([&] { statement; });          \
-    EXPECT_NE(msg_.find(text), std::string::npos) << "got: " << msg_; \
-  } while (0)
 
 DiffusionRequest sparsity(double s, double d = 0.0) { return {{}, s, d}; }
 DiffusionRequest lambda(double l, double d = 0.0) { return {l, {}, d}; }
@@ -303,15 +293,13 @@ TEST(DiffusionRequest, ParsesTheUserObject) {
   EXPECT_ERROR_HAS(parse_diffusion_request("{"), "diffusion request: malformed JSON");
 }
 
-class ComponentDir : public ::testing::Test {
+class ComponentDir : public test::TempDirTest {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "skipsoftmax_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    root_ = pattern;
+    TempDirTest::SetUp();
+    root_ = dir_;
     fs::create_directories(root_ / "transformer");
   }
-  void TearDown() override { fs::remove_all(root_); }
   void write_config(const std::string& text) {
     std::ofstream(root_ / "transformer" / "config.json") << text;
   }

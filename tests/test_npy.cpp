@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+
+#include "test_util.h"
 #include <stdlib.h>
 
 #include <cmath>
@@ -17,14 +19,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class NpyFileTest : public ::testing::Test {
+class NpyFileTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "skipsoftmax_npy_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   fs::path path(const std::string& name) const { return dir_ / name; }
 
@@ -52,8 +48,6 @@ class NpyFileTest : public ::testing::Test {
     EXPECT_EQ(msg.rfind(p.string() + ": ", 0), 0u) << msg;
     EXPECT_NE(msg.find(what), std::string::npos) << "expected '" << what << "' in: " << msg;
   }
-
-  fs::path dir_;
 };
 
 // A file with the given version and header dict, padded as NumPy pads it, then `data`.

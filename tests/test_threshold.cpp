@@ -2,6 +2,8 @@
 // tables (table_json.h).
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -24,14 +26,7 @@ using nlohmann::json;
 // Bins 1024 and 4096; S stays below the bins, so each row skips from its own first length on.
 ScaleTable two_row_table() { return ScaleTable({{1024, 2048.0}, {4096, 3000.0}}); }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::message_of;
 
 TEST(ScaleTable, EmptyIsDenseEverywhere) {
   const ScaleTable t;
@@ -229,20 +224,13 @@ TEST(TableJson, RejectsMalformedTablesNamingTheContext) {
   }
 }
 
-class TableFile : public ::testing::Test {
+class TableFile : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string pattern = (std::filesystem::temp_directory_path() / "skipsoftmax_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::filesystem::path write(const std::string& text) {
     const std::filesystem::path p = dir_ / "t.json";
     std::ofstream(p) << text;
     return p;
   }
-  std::filesystem::path dir_;
 };
 
 TEST_F(TableFile, ReadsTheBareArray) {
