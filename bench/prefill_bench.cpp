@@ -8,8 +8,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <ctime>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -23,7 +23,8 @@ namespace {
 using namespace skipsoftmax;
 
 void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
 }
 
 struct Options {
@@ -107,9 +108,12 @@ nlohmann::json run_length(const Options& o, int len, std::FILE* table) {
   for (int b = 0; b <= batch; ++b) cu[b] = b * len;
   check(cudaMemcpy(in.cu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice), "cu");
   const bench::StructuredShape shape;
-  bench::fill_structured(in.q, bf16, total, o.heads_q, o.head_dim, len, bench::Role::kQuery, shape, 1, nullptr);
-  bench::fill_structured(in.k, bf16, total, o.heads_kv, o.head_dim, len, bench::Role::kKey, shape, 2, nullptr);
-  bench::fill_structured(in.v, bf16, total, o.heads_kv, o.head_dim, len, bench::Role::kValue, shape, 3, nullptr);
+  bench::fill_structured(in.q, bf16, total, o.heads_q, o.head_dim, len, bench::Role::kQuery, shape,
+                         1, nullptr);
+  bench::fill_structured(in.k, bf16, total, o.heads_kv, o.head_dim, len, bench::Role::kKey, shape,
+                         2, nullptr);
+  bench::fill_structured(in.v, bf16, total, o.heads_kv, o.head_dim, len, bench::Role::kValue, shape,
+                         3, nullptr);
   check(cudaDeviceSynchronize(), "fill");
 
   PrefillArguments a;
@@ -135,10 +139,15 @@ nlohmann::json run_length(const Options& o, int len, std::FILE* table) {
   auto record = [&](const std::string& arm, double lambda, double ms, double sparsity,
                     double dense_ms) {
     const double tflops = flops / (ms * 1e-3) * 1e-12;
-    std::fprintf(table, "%7d %5d %-18s %9.2g %9.3f %9.1f %8.1f%% %8.3fx\n", len, batch,
-                 arm.c_str(), lambda, ms, tflops, 100 * sparsity, dense_ms / ms);
-    rows.push_back({{"length", len}, {"batch", batch}, {"arm", arm}, {"lambda", lambda},
-                    {"ms", ms}, {"tflops", tflops}, {"tile_sparsity", sparsity},
+    std::fprintf(table, "%7d %5d %-18s %9.2g %9.3f %9.1f %8.1f%% %8.3fx\n", len, batch, arm.c_str(),
+                 lambda, ms, tflops, 100 * sparsity, dense_ms / ms);
+    rows.push_back({{"length", len},
+                    {"batch", batch},
+                    {"arm", arm},
+                    {"lambda", lambda},
+                    {"ms", ms},
+                    {"tflops", tflops},
+                    {"tile_sparsity", sparsity},
                     {"speedup_vs_dense", dense_ms / ms}});
   };
 
@@ -185,7 +194,8 @@ nlohmann::json run_length(const Options& o, int len, std::FILE* table) {
     rows.back()["ms_with_stats"] = ms[3 + 2 * i];
   }
   check(cudaGetLastError(), "launch");
-  for (void* p : {in.q, in.k, in.v, in.out, static_cast<void*>(in.cu), static_cast<void*>(in.stats)}) {
+  for (void* p :
+       {in.q, in.k, in.v, in.out, static_cast<void*>(in.cu), static_cast<void*>(in.stats)}) {
     cudaFree(p);
   }
   return rows;
@@ -204,10 +214,13 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", o.dtype)->check(CLI::IsMember({"bf16", "fp16"}));
   app.add_flag("--non-causal", o.non_causal);
   app.add_option("--lambdas", o.lambdas, "Flat thresholds for the skip arms");
-  app.add_option("--kv-order", o.order)->check(CLI::IsMember({"forward", "reverse", "sink-reverse"}));
+  app.add_option("--kv-order", o.order)
+      ->check(CLI::IsMember({"forward", "reverse", "sink-reverse"}));
   app.add_option("--warmup", o.warmup);
-  app.add_option("--iters", o.iters, "Timed launches per arm and round")->check(CLI::PositiveNumber);
-  app.add_option("--rounds", o.rounds, "Round-robin rounds over the arms")->check(CLI::PositiveNumber);
+  app.add_option("--iters", o.iters, "Timed launches per arm and round")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--rounds", o.rounds, "Round-robin rounds over the arms")
+      ->check(CLI::PositiveNumber);
   app.add_option("--json", o.json, "Write the results here");
   CLI11_PARSE(app, argc, argv);
   for (int i = 0; i < argc; ++i) o.command += (i ? " " : "") + std::string(argv[i]);
@@ -224,10 +237,16 @@ int main(int argc, char** argv) {
     }
     if (!o.json.empty()) {
       const nlohmann::json doc = {
-          {"command", o.command}, {"git_revision", SKIPSOFTMAX_GIT_REVISION},
-          {"gpu", gpu_name()}, {"dtype", o.dtype}, {"heads_q", o.heads_q},
-          {"heads_kv", o.heads_kv}, {"head_dim", o.head_dim}, {"causal", !o.non_causal},
-          {"kv_order", o.order}, {"inputs", "synthetic real-structure (sink 12, band 8, far field 0.75)"},
+          {"command", o.command},
+          {"git_revision", SKIPSOFTMAX_GIT_REVISION},
+          {"gpu", gpu_name()},
+          {"dtype", o.dtype},
+          {"heads_q", o.heads_q},
+          {"heads_kv", o.heads_kv},
+          {"head_dim", o.head_dim},
+          {"causal", !o.non_causal},
+          {"kv_order", o.order},
+          {"inputs", "synthetic real-structure (sink 12, band 8, far field 0.75)"},
           {"timing", "median of " + std::to_string(o.rounds * o.iters) +
                          " event-timed launches per arm, arms interleaved over " +
                          std::to_string(o.rounds) + " rounds, after " + std::to_string(o.warmup) +

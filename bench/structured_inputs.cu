@@ -1,7 +1,7 @@
-#include "structured_inputs.cuh"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include "structured_inputs.cuh"
 
 namespace skipsoftmax::bench {
 namespace {
@@ -29,7 +29,8 @@ __global__ void fill_kernel(T* x, std::int64_t n, int heads, int dim, int seq_le
   const float root_dim = sqrtf(static_cast<float>(dim));
   const float sink_amp = sqrtf(shape.sink * root_dim);
   const float band_amp = sqrtf(shape.band * root_dim / pairs);
-  const float noise_std = sqrtf(shape.noise * root_dim / sqrtf(static_cast<float>(max(1, dim - first_noise))));
+  const float noise_std =
+      sqrtf(shape.noise * root_dim / sqrtf(static_cast<float>(max(1, dim - first_noise))));
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const int d = static_cast<int>(i % dim);

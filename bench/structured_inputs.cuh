@@ -10,9 +10,9 @@
 namespace skipsoftmax::bench {
 
 struct StructuredShape {
-  float sink = 12.0f;  // score of every query against key 0
-  float band = 8.0f;   // score of a query against its own position
-  float noise = 0.75f; // spread of the far-field scores
+  float sink = 12.0f;   // score of every query against key 0
+  float band = 8.0f;    // score of a query against its own position
+  float noise = 0.75f;  // spread of the far-field scores
 };
 
 enum class Role { kQuery, kKey, kValue };

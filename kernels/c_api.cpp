@@ -27,8 +27,8 @@ skipsoftmax::Threshold threshold_of(const skipsoftmax_prefill_args& a) {
 
 }  // namespace
 
-extern "C" int skipsoftmax_prefill(const skipsoftmax_prefill_args* args, void* stream,
-                                   char* error, int error_len) {
+extern "C" int skipsoftmax_prefill(const skipsoftmax_prefill_args* args, void* stream, char* error,
+                                   int error_len) {
   try {
     if (args == nullptr) throw std::invalid_argument("args is NULL");
     const skipsoftmax_prefill_args& a = *args;

@@ -61,12 +61,36 @@ __device__ __forceinline__ void {kind}_m64n{n}k16_{dtype}(float (&d)[{regs}], {p
 """
 
 
+def dispatcher():
+    """Wgmma<kBf16, N>::ss / ::rs, so that kernels pick an instruction by type and width."""
+    lines = ["\n// Wgmma<kBf16, N>: the ss and rs wrappers for one input type and accumulator width N.",
+             "template <bool kBf16, int N>", "struct Wgmma;"]
+    for n in (64, 128, 256):
+        for bf16, dtype in (("true", "bf16"), ("false", "f16")):
+            lines += [
+                "",
+                "template <>",
+                f"struct Wgmma<{bf16}, {n}> {{",
+                f"  static __device__ __forceinline__ void ss(float (&d)[{n // 2}], std::uint64_t a,",
+                "                                            std::uint64_t b, int scale_d) {",
+                f"    ss_m64n{n}k16_{dtype}(d, a, b, scale_d);",
+                "  }",
+                f"  static __device__ __forceinline__ void rs(float (&d)[{n // 2}],",
+                "                                            const std::uint32_t (&a)[4], std::uint64_t b) {",
+                f"    rs_m64n{n}k16_{dtype}(d, a, b, 1);",
+                "  }",
+                "};",
+            ]
+    return "\n".join(lines) + "\n"
+
+
 def main():
     parts = [HEADER]
     for kind in ("ss", "rs"):
         for n in (64, 128, 256):
             for dtype, ptx in (("bf16", "bf16"), ("f16", "f16")):
                 parts.append(wrapper(kind, n, dtype, ptx))
+    parts.append(dispatcher())
     parts.append(FOOTER)
     with open("kernels/hopper/wgmma_ops.cuh", "w") as f:
         f.write("".join(parts))

@@ -4,12 +4,11 @@
 #include <charconv>
 #include <cmath>
 #include <iomanip>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 #include "file_io.h"
 #include "table_json.h"
@@ -29,7 +28,6 @@ std::string phase_key(Phase phase, const char* suffix) {
 std::invalid_argument error_in(const std::string& where, const std::string& what) {
   return std::invalid_argument(where + ": " + what);
 }
-
 
 ordered_json parse_json_object(std::string_view text, const std::string& context) {
   ordered_json j = parse_json_text<ordered_json>(text, context);

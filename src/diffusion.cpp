@@ -6,11 +6,10 @@
 #include <cctype>
 #include <cmath>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 #include "file_io.h"
 #include "skipsoftmax/schedule.h"
@@ -28,7 +27,6 @@ constexpr const char* kSupportedFormula = "a * exp(b * target_sparsity)";
 std::invalid_argument error_in(const std::string& where, const std::string& what) {
   return std::invalid_argument(where + ": " + what);
 }
-
 
 std::string without_spaces(std::string s) {
   s.erase(std::remove_if(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); }),

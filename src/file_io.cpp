@@ -1,12 +1,12 @@
 #include "file_io.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
-
-#include <unistd.h>
 
 namespace skipsoftmax {
 

@@ -51,8 +51,8 @@ inline double nan_max(double a, double b) {
 // acc[j] = sum_d q[d] * kt[d][j] in index order of d, vectorized across j: each acc[j] is summed
 // in the same order as a scalar dot product, so the result does not depend on the vector width.
 __attribute__((target_clones("avx2", "default"))) void dot_rows(const double* q, const double* kt,
-                                                                int head_dim, int cols,
-                                                                int stride, double* acc) {
+                                                                int head_dim, int cols, int stride,
+                                                                double* acc) {
   for (int j = 0; j < cols; ++j) acc[j] = 0.0;
   for (int d = 0; d < head_dim; ++d) {
     const double qd = q[d];
@@ -85,8 +85,7 @@ template <bool kSkip, typename QRow, typename LoadTile, typename Visible>
 void run_tiles(int rows, int head_dim, int tile_k, double scale, double log_lambda,
                bool collect_mass, std::int64_t first, std::int64_t count, KvOrder order,
                const QRow& q, const LoadTile& load, const Visible& visible, Scratch& sc,
-               std::vector<RowState>& st, double* o, ItemStats& stats,
-               const TileRecord* record) {
+               std::vector<RowState>& st, double* o, ItemStats& stats, const TileRecord* record) {
   for (std::int64_t pos = 0; pos < count; ++pos) {
     const std::int64_t t = first + kv_tile_at(order, pos, count);
     if (record) {
@@ -183,7 +182,8 @@ double log_lambda_of(double lambda) { return lambda > 0.0 ? std::log(lambda) : k
 // in increasing index order (callers order items from the most expensive down).
 template <typename Body>
 void parallel_for(std::int64_t n, int num_threads, const Body& body) {
-  int threads = num_threads > 0 ? num_threads : static_cast<int>(std::thread::hardware_concurrency());
+  int threads =
+      num_threads > 0 ? num_threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n)));
   std::atomic<std::int64_t> next{0};
   auto worker = [&](int tid) {
@@ -225,8 +225,8 @@ void validate_cu_seqlens(const std::vector<std::int64_t>& cu, const char* name) 
   check(cu.size() >= 2, std::string(name) + " needs at least 2 entries (batch + 1)");
   check(cu.front() == 0, std::string(name) + " must start at 0");
   for (std::size_t i = 1; i < cu.size(); ++i) {
-    check(cu[i] >= cu[i - 1], std::string(name) + " must be non-decreasing (entry " +
-                                  std::to_string(i) + ")");
+    check(cu[i] >= cu[i - 1],
+          std::string(name) + " must be non-decreasing (entry " + std::to_string(i) + ")");
   }
 }
 
@@ -314,8 +314,8 @@ void validate(const DecodeProblem& p) {
             "max_pages_per_seq = " + std::to_string(batch * kv.max_pages_per_seq));
   for (std::size_t b = 0; b < batch; ++b) {
     const std::int64_t len = kv.seq_lens[b];
-    const std::string seq = "sequence " + std::to_string(b) + " (seq_len " + std::to_string(len) +
-                            ")";
+    const std::string seq =
+        "sequence " + std::to_string(b) + " (seq_len " + std::to_string(len) + ")";
     check(len > 0, seq + ": decode needs at least one cached token");
     const std::int64_t pages = (len + kv.page_size - 1) / kv.page_size;
     check(pages <= kv.max_pages_per_seq, seq + ": needs " + std::to_string(pages) +
@@ -482,8 +482,9 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
       const int cols = static_cast<int>(std::min<std::int64_t>(tk, len - k0));
       for (int j = 0; j < cols; ++j) {
         const std::int64_t token = k0 + j;
-        const std::int64_t slot = static_cast<std::int64_t>(pages[token / kv.page_size]) *
-                                      kv.page_size + token % kv.page_size;
+        const std::int64_t slot =
+            static_cast<std::int64_t>(pages[token / kv.page_size]) * kv.page_size +
+            token % kv.page_size;
         const std::int64_t base = (slot * hkv + kvh) * dim;
         for (int d = 0; d < dim; ++d) {
           s.kt[static_cast<std::size_t>(d) * tk + j] = kv.k_pages[base + d];

@@ -15,8 +15,8 @@ struct SyntheticSpec {
   int num_heads_kv = 0;
   int head_dim = 0;
   // In units of the scaled score q.k / sqrt(head_dim):
-  double sink = 12.0;  // score of every query against key 0
-  double local = 8.0;  // score of a query against its own position (the band decays from there)
+  double sink = 12.0;   // score of every query against key 0
+  double local = 8.0;   // score of a query against its own position (the band decays from there)
   double noise = 0.75;  // standard deviation of the far-field scores
   std::uint64_t seed = 0;
 };

@@ -10,7 +10,8 @@ namespace skipsoftmax {
 
 ScaleTable scale_table_from_json(const nlohmann::json& j, const std::string& context) {
   if (!j.is_array()) {
-    throw std::invalid_argument(context + ": a scale table is an array of [seqlen_bin, S] rows, got " +
+    throw std::invalid_argument(context +
+                                ": a scale table is an array of [seqlen_bin, S] rows, got " +
                                 std::string(j.type_name()));
   }
   std::vector<ScaleTableRow> rows;

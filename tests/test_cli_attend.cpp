@@ -1,7 +1,5 @@
 // `skipsoftmax attend` end to end: the built tool on .npy files, against direct reference calls.
 #include <gtest/gtest.h>
-
-#include "test_util.h"
 #include <stdlib.h>
 #include <sys/wait.h>
 
@@ -17,6 +15,7 @@
 #include "npy.h"
 #include "skipsoftmax/reference.h"
 #include "synthetic.h"
+#include "test_util.h"
 
 namespace skipsoftmax {
 namespace {
@@ -96,7 +95,6 @@ PrefillProblem problem_of(const Batch& b, bool causal) {
 // Helpers are public: the bad-input cases call them through a CliAttendTest&.
 class CliAttendTest : public test::TempDirTest {
  public:
-
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   std::string write_floats(const std::string& name, NpyDtype dtype, std::vector<std::int64_t> shape,
@@ -281,121 +279,120 @@ TEST_F(CliAttendTest, BadInputFailsAndLeavesNoOutput) {
     a.set("--cu-seqlens-k", t.write_ints("cuk.npy", NpyDtype::kI32, {0, 4, 8}));
   };
   const std::vector<BadCase> cases = {
-      {"q fp64", "dtype <f8 is not supported",
-       [&](auto& t, auto& a) {
-         file(t, a, "--q", NpyDtype::kF64, {8, kHq, kDim});
-       }},
-      {"q int", "dtype <i4 is not supported",
-       [](auto& t, auto& a) {
-         a.set("--q", t.write_ints("qi.npy", NpyDtype::kI32, {1, 2}));
-       }},
-      {"mixed dtypes", "share one dtype",
-       [&](auto& t, auto& a) {
-         file(t, a, "--k", NpyDtype::kF16, {8, kHkv, kDim});
-       }},
-      {"rank 2", "must be [total, heads, head_dim]",
-       [&](auto& t, auto& a) {
-         file(t, a, "--q", NpyDtype::kF32, {8, kHq * kDim});
-       }},
-      {"rank mismatch", "differ in rank",
-       [&](auto& t, auto& a) {
-         file(t, a, "--q", NpyDtype::kF32, {1, 8, kHq, kDim});
-       }},
-      {"Hq % Hkv", "multiple of kv heads",
-       [&](auto& t, auto& a) {
-         file(t, a, "--q", NpyDtype::kF32, {8, 3, kDim});
-       }},
-      {"D mismatch", "head_dim mismatch",
-       [&](auto& t, auto& a) {
-         file(t, a, "--q", NpyDtype::kF32, {8, kHq, 16});
-       }},
-      {"v shape", "must equal k's",
-       [&](auto& t, auto& a) {
-         file(t, a, "--v", NpyDtype::kF32, {7, kHkv, kDim});
-       }},
-      {"cu length", "disagree on the batch",
-       [&](auto& t, auto& a) {
-         cu(t, a, {0, 8});
-       }},
-      {"cu start", "must start at 0",
-       [&](auto& t, auto& a) {
-         cu(t, a, {1, 4, 8});
-       }},
-      {"cu decreasing", "must not decrease",
-       [&](auto& t, auto& a) {
-         cu(t, a, {0, 5, 4, 8});
-       }},
-      {"cu end", "must end at the q token count 8",
-       [&](auto& t, auto& a) {
-         cu(t, a, {0, 4, 7});
-       }},
-      {"queries without keys", "queries with no keys",
-       [](auto& t, auto& a) {
-         a.set("--cu-seqlens-q", t.write_ints("cuq.npy", NpyDtype::kI64, {0, 4, 8}));
-         a.set("--cu-seqlens-k", t.write_ints("cuk.npy", NpyDtype::kI64, {0, 0, 8}));
-       }},
-      {"cu 2-D", "must be 1-D",
-       [&](auto& t, auto& a) {
-         cu(t, a, {0, 4, 8});
-         file(t, a, "--cu-seqlens-q", NpyDtype::kF32, {3, 1});
-       }},
-      {"cu float", "expected an integer array",
-       [&](auto& t, auto& a) {
-         cu(t, a, {0, 4, 8});
-         file(t, a, "--cu-seqlens-k", NpyDtype::kF32, {3});
-       }},
-      {"cu alone", "requires",
-       [](auto& t, auto& a) {
-         a.set("--cu-seqlens-q", t.write_ints("cuq.npy", NpyDtype::kI64, {0, 8}));
-       }},
-      {"cu with 4-D", "apply to 3-D",
-       [&](auto& t, auto& a) {
-         file(t, a, "--q", NpyDtype::kF32, {1, 8, kHq, kDim});
-         file(t, a, "--k", NpyDtype::kF32, {1, 8, kHkv, kDim});
-         file(t, a, "--v", NpyDtype::kF32, {1, 8, kHkv, kDim});
-         cu(t, a, {0, 8});
-       }},
-      {"causal kv < q", "--causal needs kv_len >= q_len",
-       [&](auto& t, auto& a) {
-         file(t, a, "--k", NpyDtype::kF32, {4, kHkv, kDim});
-         file(t, a, "--v", NpyDtype::kF32, {4, kHkv, kDim});
-         a.set("--causal");
-       }},
-      {"tile-q 0", "--tile-q must be positive", [](auto&, auto& a) { a.set("--tile-q", "0"); }},
-      {"tile-k -1", "--tile-k must be positive", [](auto&, auto& a) { a.set("--tile-k", "-1"); }},
-      {"threshold 1", "outside [0, 1)", [](auto&, auto& a) { a.set("--threshold", "1"); }},
-      {"threshold < 0", "outside [0, 1)", [](auto&, auto& a) { a.set("--threshold", "-0.1"); }},
-      {"table and threshold", "excludes",
-       [](auto& t, auto& a) {
-         write_json_file(t.path("T.json"), nlohmann::json::parse("[[64, 12.0]]"));
-         a.set("--scale-table", t.path("T.json")).set("--threshold", "0.1");
-       }},
-      {"bad table", "seqlen_bin must be a positive integer",
-       [](auto& t, auto& a) {
-         write_json_file(t.path("T.json"), nlohmann::json::parse("[[0, 12.0]]"));
-         a.set("--scale-table", t.path("T.json"));
-       }},
-      {"kv order", "forward, reverse, sink-reverse",
-       [](auto&, auto& a) { a.set("--kv-order", "backwards"); }},
+    {"q fp64", "dtype <f8 is not supported",
+     [&](auto& t, auto& a) {
+       file(t, a, "--q", NpyDtype::kF64, {8, kHq, kDim});
+     }},
+    {"q int", "dtype <i4 is not supported",
+     [](auto& t, auto& a) {
+       a.set("--q", t.write_ints("qi.npy", NpyDtype::kI32, {1, 2}));
+     }},
+    {"mixed dtypes", "share one dtype",
+     [&](auto& t, auto& a) {
+       file(t, a, "--k", NpyDtype::kF16, {8, kHkv, kDim});
+     }},
+    {"rank 2", "must be [total, heads, head_dim]",
+     [&](auto& t, auto& a) {
+       file(t, a, "--q", NpyDtype::kF32, {8, kHq * kDim});
+     }},
+    {"rank mismatch", "differ in rank",
+     [&](auto& t, auto& a) {
+       file(t, a, "--q", NpyDtype::kF32, {1, 8, kHq, kDim});
+     }},
+    {"Hq % Hkv", "multiple of kv heads",
+     [&](auto& t, auto& a) {
+       file(t, a, "--q", NpyDtype::kF32, {8, 3, kDim});
+     }},
+    {"D mismatch", "head_dim mismatch",
+     [&](auto& t, auto& a) {
+       file(t, a, "--q", NpyDtype::kF32, {8, kHq, 16});
+     }},
+    {"v shape", "must equal k's",
+     [&](auto& t, auto& a) {
+       file(t, a, "--v", NpyDtype::kF32, {7, kHkv, kDim});
+     }},
+    {"cu length", "disagree on the batch",
+     [&](auto& t, auto& a) {
+       cu(t, a, {0, 8});
+     }},
+    {"cu start", "must start at 0",
+     [&](auto& t, auto& a) {
+       cu(t, a, {1, 4, 8});
+     }},
+    {"cu decreasing", "must not decrease",
+     [&](auto& t, auto& a) {
+       cu(t, a, {0, 5, 4, 8});
+     }},
+    {"cu end", "must end at the q token count 8",
+     [&](auto& t, auto& a) {
+       cu(t, a, {0, 4, 7});
+     }},
+    {"queries without keys", "queries with no keys",
+     [](auto& t, auto& a) {
+       a.set("--cu-seqlens-q", t.write_ints("cuq.npy", NpyDtype::kI64, {0, 4, 8}));
+       a.set("--cu-seqlens-k", t.write_ints("cuk.npy", NpyDtype::kI64, {0, 0, 8}));
+     }},
+    {"cu 2-D", "must be 1-D",
+     [&](auto& t, auto& a) {
+       cu(t, a, {0, 4, 8});
+       file(t, a, "--cu-seqlens-q", NpyDtype::kF32, {3, 1});
+     }},
+    {"cu float", "expected an integer array",
+     [&](auto& t, auto& a) {
+       cu(t, a, {0, 4, 8});
+       file(t, a, "--cu-seqlens-k", NpyDtype::kF32, {3});
+     }},
+    {"cu alone", "requires",
+     [](auto& t, auto& a) {
+       a.set("--cu-seqlens-q", t.write_ints("cuq.npy", NpyDtype::kI64, {0, 8}));
+     }},
+    {"cu with 4-D", "apply to 3-D",
+     [&](auto& t, auto& a) {
+       file(t, a, "--q", NpyDtype::kF32, {1, 8, kHq, kDim});
+       file(t, a, "--k", NpyDtype::kF32, {1, 8, kHkv, kDim});
+       file(t, a, "--v", NpyDtype::kF32, {1, 8, kHkv, kDim});
+       cu(t, a, {0, 8});
+     }},
+    {"causal kv < q", "--causal needs kv_len >= q_len",
+     [&](auto& t, auto& a) {
+       file(t, a, "--k", NpyDtype::kF32, {4, kHkv, kDim});
+       file(t, a, "--v", NpyDtype::kF32, {4, kHkv, kDim});
+       a.set("--causal");
+     }},
+    {"tile-q 0", "--tile-q must be positive", [](auto&, auto& a) { a.set("--tile-q", "0"); }},
+    {"tile-k -1", "--tile-k must be positive", [](auto&, auto& a) { a.set("--tile-k", "-1"); }},
+    {"threshold 1", "outside [0, 1)", [](auto&, auto& a) { a.set("--threshold", "1"); }},
+    {"threshold < 0", "outside [0, 1)", [](auto&, auto& a) { a.set("--threshold", "-0.1"); }},
+    {"table and threshold", "excludes",
+     [](auto& t, auto& a) {
+       write_json_file(t.path("T.json"), nlohmann::json::parse("[[64, 12.0]]"));
+       a.set("--scale-table", t.path("T.json")).set("--threshold", "0.1");
+     }},
+    {"bad table", "seqlen_bin must be a positive integer",
+     [](auto& t, auto& a) {
+       write_json_file(t.path("T.json"), nlohmann::json::parse("[[0, 12.0]]"));
+       a.set("--scale-table", t.path("T.json"));
+     }},
+    {"kv order", "forward, reverse, sink-reverse",
+     [](auto&, auto& a) { a.set("--kv-order", "backwards"); }},
 #if SKIPSOFTMAX_HAVE_CUDA
-      {"cuda tiles", "--backend cuda votes on 64 x 128 tiles",
-       [](auto&, auto& a) {
-         a.set("--backend", "cuda");
-         a.set("--tile-q", "128");
-       }},
+    {"cuda tiles", "--backend cuda votes on 64 x 128 tiles",
+     [](auto&, auto& a) {
+       a.set("--backend", "cuda");
+       a.set("--tile-q", "128");
+     }},
 #else
-      {"cuda without kernels", "this build has no GPU kernels",
-       [](auto&, auto& a) { a.set("--backend", "cuda"); }},
+    {"cuda without kernels", "this build has no GPU kernels",
+     [](auto&, auto& a) { a.set("--backend", "cuda"); }},
 #endif
-      {"backend other", "unknown --backend 'tpu'",
-       [](auto&, auto& a) { a.set("--backend", "tpu"); }},
-      {"out dtype", "unknown --out-dtype 'bf16'",
-       [](auto&, auto& a) { a.set("--out-dtype", "bf16"); }},
-      {"missing q", "no such file", [](auto& t, auto& a) { a.set("--q", t.path("absent.npy")); }},
-      {"out dir", "does not exist",
-       [](auto& t, auto& a) { a.set("--out", t.path("no/such/dir/O.npy")); }},
-      {"missing --out", "--out is required", [](auto&, auto& a) { a.erase("--out"); }},
-      {"unknown flag", "--bogus", [](auto&, auto& a) { a.set("--bogus", "1"); }},
+    {"backend other", "unknown --backend 'tpu'", [](auto&, auto& a) { a.set("--backend", "tpu"); }},
+    {"out dtype", "unknown --out-dtype 'bf16'",
+     [](auto&, auto& a) { a.set("--out-dtype", "bf16"); }},
+    {"missing q", "no such file", [](auto& t, auto& a) { a.set("--q", t.path("absent.npy")); }},
+    {"out dir", "does not exist",
+     [](auto& t, auto& a) { a.set("--out", t.path("no/such/dir/O.npy")); }},
+    {"missing --out", "--out is required", [](auto&, auto& a) { a.erase("--out"); }},
+    {"unknown flag", "--bogus", [](auto&, auto& a) { a.set("--bogus", "1"); }},
   };
   for (const BadCase& c : cases) {
     SCOPED_TRACE(c.name);

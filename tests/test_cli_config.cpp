@@ -1,20 +1,18 @@
 // The export, inspect and schedule subcommands, run as the built tool on temporary directories:
 // exit codes, messages, and that a failing command leaves no output file behind.
 #include <gtest/gtest.h>
-
-#include "test_util.h"
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "file_io.h"
+#include "test_util.h"
 
 namespace skipsoftmax {
 namespace {

@@ -2,19 +2,17 @@
 // and its strict loader, and the atomic rewrite of a checkpoint's skip keys.
 #include <gtest/gtest.h>
 
-#include "test_util.h"
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "file_io.h"
 #include "skipsoftmax/config.h"
+#include "test_util.h"
 
 namespace skipsoftmax {
 namespace {
@@ -42,7 +40,6 @@ const ScaleTable kDecode60({{64, 10.0}});
 const ScaleTable kFlagTable({{8, 4.0}});
 
 using test::message_of;
-
 
 // kCheckpoint with some keys replaced or (null) removed.
 CheckpointConfig checkpoint_with(const json& changes = json::object()) {

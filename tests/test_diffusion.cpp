@@ -2,8 +2,6 @@
 // ignore patterns on full and relative names, and the timestep gate.
 #include <gtest/gtest.h>
 
-#include "test_util.h"
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "skipsoftmax/diffusion.h"
+#include "test_util.h"
 
 namespace skipsoftmax {
 namespace {
@@ -41,7 +40,6 @@ constexpr const char* kGroups = R"j({
 })j";
 
 using test::message_of;
-
 
 DiffusionRequest sparsity(double s, double d = 0.0) { return {{}, s, d}; }
 DiffusionRequest lambda(double l, double d = 0.0) { return {l, {}, d}; }

@@ -1,6 +1,4 @@
 #include <gtest/gtest.h>
-
-#include "test_util.h"
 #include <stdlib.h>
 
 #include <cmath>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "npy.h"
+#include "test_util.h"
 
 namespace skipsoftmax {
 namespace {
@@ -21,7 +20,6 @@ namespace fs = std::filesystem;
 
 class NpyFileTest : public test::TempDirTest {
  protected:
-
   fs::path path(const std::string& name) const { return dir_ / name; }
 
   fs::path write_raw(const std::string& name, const std::string& bytes) const {

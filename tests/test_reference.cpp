@@ -148,14 +148,14 @@ TEST(ReferencePrefill, DenseMatchesNaiveAt4097) {
 TEST(ReferencePrefill, GqaMqaRaggedChunkedMatchNaive) {
   // Ragged mix with history: q_len < kv_len is a chunk attending to the last q_len positions.
   Batch gqa = make_batch({1, 129, 64, 200}, {1, 300, 64, 457}, 8, 2, 64, true, 3);
-  EXPECT_LT(rel_l2(run(gqa.problem, options(Threshold::dense(), 64, 32)),
-                   naive_attention(gqa.problem)),
-            1e-13);
+  EXPECT_LT(
+      rel_l2(run(gqa.problem, options(Threshold::dense(), 64, 32)), naive_attention(gqa.problem)),
+      1e-13);
   Batch mqa = make_batch({33, 7}, {190, 7}, 6, 1, 16, false, 4);
   mqa.problem.softmax_scale = 0.3;
-  EXPECT_LT(rel_l2(run(mqa.problem, options(Threshold::dense(), 16, 16)),
-                   naive_attention(mqa.problem)),
-            1e-13);
+  EXPECT_LT(
+      rel_l2(run(mqa.problem, options(Threshold::dense(), 16, 16)), naive_attention(mqa.problem)),
+      1e-13);
 }
 
 TEST(ReferencePrefill, GuardedLambdaZeroIsBitIdenticalToDense) {
@@ -210,9 +210,8 @@ void check_skipped_weights_and_mass(const PrefillProblem& p, const ReferenceOpti
       for (const TileRecord& r : trace) {
         if (r.seq != static_cast<std::int64_t>(seq) || r.head != h || !r.skipped) continue;
         ++skipped;
-        for (std::int64_t i = r.q_tile * tq; i < std::min<std::int64_t>((r.q_tile + 1) * tq,
-                                                                        std::ssize(s));
-             ++i) {
+        for (std::int64_t i = r.q_tile * tq;
+             i < std::min<std::int64_t>((r.q_tile + 1) * tq, std::ssize(s)); ++i) {
           for (std::int64_t j = r.kv_tile * tk;
                j < std::min<std::int64_t>((r.kv_tile + 1) * tk, std::ssize(s[i])); ++j) {
             const double w = std::exp(s[i][j] - row_max[i]);
@@ -237,8 +236,8 @@ TEST(ReferencePrefill, SkippedWeightsAreBelowLambdaAndMassIsTheirShare) {
   for (KvOrder order : {KvOrder::kForward, KvOrder::kReverse, KvOrder::kSinkThenReverse}) {
     check_skipped_weights_and_mass(b.problem, options(Threshold::flat(1e-3), 64, 64, order));
   }
-  check_skipped_weights_and_mass(b.problem, options(Threshold::table(ScaleTable({{256, 2.0}})),
-                                                    32, 64));
+  check_skipped_weights_and_mass(b.problem,
+                                 options(Threshold::table(ScaleTable({{256, 2.0}})), 32, 64));
 }
 
 TEST(ReferencePrefill, ErrorIsBoundedByTheSkippedMass) {
@@ -248,9 +247,8 @@ TEST(ReferencePrefill, ErrorIsBoundedByTheSkippedMass) {
   const auto skip = run(b.problem, options(Threshold::flat(1e-2), 64, 64), &s);
   ASSERT_GT(s.tiles_skipped, 0);
   // O_dense = (1 - m) O_skip + m O_skipped per row, so |O_skip - O_dense| <= m * 2 max|v|.
-  const float vmax = std::abs(*std::max_element(b.v.begin(), b.v.end(), [](float x, float y) {
-    return std::abs(x) < std::abs(y);
-  }));
+  const float vmax = std::abs(*std::max_element(
+      b.v.begin(), b.v.end(), [](float x, float y) { return std::abs(x) < std::abs(y); }));
   for (std::size_t i = 0; i < dense.size(); ++i) {
     EXPECT_LE(std::abs(skip[i] - dense[i]), 2.0 * s.sequences[0].mass_share_max * vmax + 1e-12);
   }
@@ -388,8 +386,8 @@ struct PagedBatch {
 PagedBatch make_paged(const std::vector<std::int64_t>& lens, int hq, int hkv, int dim,
                       int page_size, std::uint64_t seed) {
   PagedBatch pb;
-  pb.contiguous = make_batch(std::vector<std::int64_t>(lens.size(), 1), lens, hq, hkv, dim, false,
-                             seed);
+  pb.contiguous =
+      make_batch(std::vector<std::int64_t>(lens.size(), 1), lens, hq, hkv, dim, false, seed);
   const PrefillProblem& c = pb.contiguous.problem;
   int max_pages = 0;
   std::int64_t total_pages = 0;
@@ -410,8 +408,8 @@ PagedBatch make_paged(const std::vector<std::int64_t>& lens, int hq, int hkv, in
   for (std::size_t b = 0; b < lens.size(); ++b) {
     for (std::int64_t t = 0; t < lens[b]; ++t) {
       if (t % page_size == 0) table[b * max_pages + t / page_size] = order[next++];
-      const std::int64_t slot = std::int64_t(table[b * max_pages + t / page_size]) * page_size +
-                                t % page_size;
+      const std::int64_t slot =
+          std::int64_t(table[b * max_pages + t / page_size]) * page_size + t % page_size;
       std::copy_n(c.k + (c.cu_seqlens_k[b] + t) * row, row, pb.k_pages.begin() + slot * row);
       std::copy_n(c.v + (c.cu_seqlens_k[b] + t) * row, row, pb.v_pages.begin() + slot * row);
     }
@@ -468,9 +466,8 @@ TEST(ReferenceDecode, VoteCoversTheWholeGroupAndHoldsTheBound) {
       for (int h = r.head * 4; h < r.head * 4 + 4; ++h) {
         const auto sc = naive_scores(pb.contiguous.problem, r.seq, h)[0];
         const double m = *std::max_element(sc.begin(), sc.end());
-        for (std::int64_t j = r.kv_tile * 64; j < std::min<std::int64_t>((r.kv_tile + 1) * 64,
-                                                                         std::ssize(sc));
-             ++j) {
+        for (std::int64_t j = r.kv_tile * 64;
+             j < std::min<std::int64_t>((r.kv_tile + 1) * 64, std::ssize(sc)); ++j) {
           EXPECT_LT(std::exp(sc[j] - m), 1e-3);
         }
       }
@@ -495,16 +492,13 @@ TEST(ReferenceDecode, RejectsBadPageTables) {
   DecodeProblem p = pb.problem;
   p.kv.page_table[0] = static_cast<std::int32_t>(p.kv.num_pages);
   std::vector<double> out(2 * 16);
-  EXPECT_THROW(reference_decode(p, options(Threshold::dense()), out.data()),
-               std::invalid_argument);
+  EXPECT_THROW(reference_decode(p, options(Threshold::dense()), out.data()), std::invalid_argument);
   p = pb.problem;
   p.kv.seq_lens = {1000};
-  EXPECT_THROW(reference_decode(p, options(Threshold::dense()), out.data()),
-               std::invalid_argument);
+  EXPECT_THROW(reference_decode(p, options(Threshold::dense()), out.data()), std::invalid_argument);
   p = pb.problem;
   p.kv.seq_lens = {0};
-  EXPECT_THROW(reference_decode(p, options(Threshold::dense()), out.data()),
-               std::invalid_argument);
+  EXPECT_THROW(reference_decode(p, options(Threshold::dense()), out.data()), std::invalid_argument);
 }
 
 }  // namespace

@@ -2,21 +2,19 @@
 // tables (table_json.h).
 #include <gtest/gtest.h>
 
-#include "test_util.h"
-
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "skipsoftmax/threshold.h"
 #include "table_json.h"
+#include "test_util.h"
 
 namespace skipsoftmax {
 namespace {

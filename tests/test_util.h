@@ -38,8 +38,8 @@ inline std::string message_of(const std::function<void()>& f) {
 }  // namespace skipsoftmax::test
 
 // The statement throws, and the message contains text.
-#define EXPECT_ERROR_HAS(statement, text)                                                  \
-  do {                                                                                     \
-    const std::string msg_ = ::skipsoftmax::test::message_of([&] { statement; });          \
-    EXPECT_NE(msg_.find(text), std::string::npos) << "got: " << msg_;                      \
+#define EXPECT_ERROR_HAS(statement, text)                                         \
+  do {                                                                            \
+    const std::string msg_ = ::skipsoftmax::test::message_of([&] { statement; }); \
+    EXPECT_NE(msg_.find(text), std::string::npos) << "got: " << msg_;             \
   } while (0)

@@ -16,10 +16,10 @@
 #include <system_error>
 #include <vector>
 
+#include "bf16.h"
 #include "commands.h"
 #include "file_io.h"
 #include "npy.h"
-#include "bf16.h"
 #include "skipsoftmax/prefill.h"
 #include "skipsoftmax/reference.h"
 #include "skipsoftmax/threshold.h"
@@ -122,8 +122,9 @@ TileShape parse_tiles(const AttendArgs& a, int head_dim) {
 
 Settings parse_settings(const AttendArgs& a) {
   if (a.backend == "cuda" && !kHaveCuda) {
-    fail("--backend cuda: this build has no GPU kernels (nvcc was not found when it was "
-         "configured); use --backend cpu");
+    fail(
+        "--backend cuda: this build has no GPU kernels (nvcc was not found when it was "
+        "configured); use --backend cpu");
   }
   if (a.backend != "cpu" && a.backend != "cuda") {
     fail("unknown --backend '" + a.backend + "' (valid: cpu, cuda)");
@@ -131,8 +132,10 @@ Settings parse_settings(const AttendArgs& a) {
   if (!a.cuda_dtype.empty() && a.cuda_dtype != "fp16" && a.cuda_dtype != "bf16") {
     fail("unknown --cuda-dtype '" + a.cuda_dtype + "' (valid: fp16, bf16)");
   }
-  if (a.tile_q && *a.tile_q <= 0) fail("--tile-q must be positive, got " + std::to_string(*a.tile_q));
-  if (a.tile_k && *a.tile_k <= 0) fail("--tile-k must be positive, got " + std::to_string(*a.tile_k));
+  if (a.tile_q && *a.tile_q <= 0)
+    fail("--tile-q must be positive, got " + std::to_string(*a.tile_q));
+  if (a.tile_k && *a.tile_k <= 0)
+    fail("--tile-k must be positive, got " + std::to_string(*a.tile_k));
   if (a.threads < 0)
     fail("--threads must be >= 0 (0: all cores), got " + std::to_string(a.threads));
   if (a.softmax_scale && !(std::isfinite(*a.softmax_scale) && *a.softmax_scale > 0)) {
@@ -392,9 +395,9 @@ AttentionStats run_cuda(const AttendArgs& a, const Settings& s, const Inputs& in
   args.softmax_scale = a.softmax_scale;
   args.threshold = s.options.threshold;
   args.kv_order = s.options.tiles.order;
-  const HostPrefillResult r = run_prefill_host(args, to_bits(in.q, dtype), to_bits(in.k, dtype),
-                                               to_bits(in.v, dtype), to_int32(in.cu_q),
-                                               to_int32(in.cu_k));
+  const HostPrefillResult r =
+      run_prefill_host(args, to_bits(in.q, dtype), to_bits(in.k, dtype), to_bits(in.v, dtype),
+                       to_int32(in.cu_q), to_int32(in.cu_k));
   kernel = r.kernel;
   out.resize(r.out.size());
   for (std::size_t i = 0; i < out.size(); ++i) {
@@ -483,7 +486,8 @@ void add_attend(CLI::App& app) {
   auto* threshold = cmd->add_option("--threshold", a->threshold, "Flat lambda in [0, 1)");
   table->excludes(threshold);
   cmd->add_option("--softmax-scale", a->softmax_scale, "Default 1/sqrt(head_dim)");
-  cmd->add_option("--tile-q", a->tile_q, "Query rows per vote (cpu default 128; cuda: the kernel's)");
+  cmd->add_option("--tile-q", a->tile_q,
+                  "Query rows per vote (cpu default 128; cuda: the kernel's)");
   cmd->add_option("--tile-k", a->tile_k, "Keys per KV tile (cpu default 128; cuda: the kernel's)");
   cmd->add_option("--kv-order", a->kv_order, "KV tile order: " + kv_order_names())
       ->capture_default_str();

@@ -110,14 +110,14 @@ double rel_l2(const std::vector<double>& x, const std::vector<double>& ref, doub
   return std::sqrt(num / den);
 }
 
-void print_header(const DemoArgs& a, const DemoInputs& in, const char* where,
-                  const Threshold& th) {
+void print_header(const DemoArgs& a, const DemoInputs& in, const char* where, const Threshold& th) {
   std::printf("skipsoftmax demo: %s, %d x %lld tokens, Hq=%d Hkv=%d D=%d, %s\n", where, in.batch,
               static_cast<long long>(in.seq_len), in.heads_q, in.heads_kv, in.head_dim,
               in.problem.causal ? "causal" : "non-causal");
-  std::printf("inputs: synthetic real-structure attention (scores: sink %.3g, band %.3g, far field "
-              "spread %.3g)\n",
-              a.shape.sink, a.shape.local, a.shape.noise);
+  std::printf(
+      "inputs: synthetic real-structure attention (scores: sink %.3g, band %.3g, far field "
+      "spread %.3g)\n",
+      a.shape.sink, a.shape.local, a.shape.noise);
   std::printf("KV order %s, threshold: %s\n", a.kv_order.c_str(), th.describe().c_str());
 }
 
@@ -199,8 +199,8 @@ void run_gpu_demo(const DemoArgs& a, KvOrder order) {
     skipped += skip.stats[2 * b + 1];
   }
   const double sparsity = visited ? double(skipped) / double(visited) : 0.0;
-  const double flops = attention_flops(in.seq_len, in.batch, in.heads_q, in.head_dim,
-                                       in.problem.causal);
+  const double flops =
+      attention_flops(in.seq_len, in.batch, in.heads_q, in.head_dim, in.problem.causal);
   double max_abs = 0.0;
   const double err = rel_l2(s, d, &max_abs);
   std::printf("\n%-6s %-8s %10s %10s %12s\n", "run", "kernel", "time (ms)", "TFLOPS", "sparsity");
@@ -210,9 +210,10 @@ void run_gpu_demo(const DemoArgs& a, KvOrder order) {
               flops / skip.kernel_ms * 1e-9, 100.0 * sparsity);
   std::printf("\nlambda per sequence: %.3g (L = %lld)\n", threshold.lambda_for(in.seq_len),
               static_cast<long long>(in.seq_len));
-  std::printf("tiles skipped: %llu of %llu (%.1f%%), speedup %.2fx (one launch each; "
-              "bench/prefill_bench for medians)\n",
-              skipped, visited, 100.0 * sparsity, dense.kernel_ms / skip.kernel_ms);
+  std::printf(
+      "tiles skipped: %llu of %llu (%.1f%%), speedup %.2fx (one launch each; "
+      "bench/prefill_bench for medians)\n",
+      skipped, visited, 100.0 * sparsity, dense.kernel_ms / skip.kernel_ms);
   std::printf("error against dense: relative L2 %.3g, max abs %.3g\n", err, max_abs);
 }
 #endif
@@ -220,8 +221,8 @@ void run_gpu_demo(const DemoArgs& a, KvOrder order) {
 void run_demo(const DemoArgs& a) {
   const auto order = parse_kv_order(a.kv_order);
   if (!order) {
-    throw std::invalid_argument("unknown --kv-order '" + a.kv_order + "' (valid: " +
-                                kv_order_names() + ")");
+    throw std::invalid_argument("unknown --kv-order '" + a.kv_order +
+                                "' (valid: " + kv_order_names() + ")");
   }
   if (a.backend != "auto" && a.backend != "cpu" && a.backend != "cuda") {
     throw std::invalid_argument("unknown --backend '" + a.backend + "' (valid: auto, cpu, cuda)");

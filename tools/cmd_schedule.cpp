@@ -4,9 +4,8 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "commands.h"
 #include "skipsoftmax/schedule.h"

@@ -13,12 +13,12 @@ enum skipsoftmax_dtype { SKIPSOFTMAX_FP16 = 0, SKIPSOFTMAX_BF16 = 1 };
 enum skipsoftmax_kernel { SKIPSOFTMAX_AUTO = -1, SKIPSOFTMAX_DENSE = 0, SKIPSOFTMAX_SKIP = 1 };
 
 typedef struct skipsoftmax_prefill_args {
-  int dtype;       /* enum skipsoftmax_dtype */
-  int head_dim;    /* 64, 128, 256 */
-  const void* q;   /* [total_q, num_heads_q, head_dim] */
-  const void* k;   /* [total_k, num_heads_kv, head_dim] */
-  const void* v;   /* [total_k, num_heads_kv, head_dim] */
-  void* out;       /* [total_q, num_heads_q, head_dim] */
+  int dtype;                   /* enum skipsoftmax_dtype */
+  int head_dim;                /* 64, 128, 256 */
+  const void* q;               /* [total_q, num_heads_q, head_dim] */
+  const void* k;               /* [total_k, num_heads_kv, head_dim] */
+  const void* v;               /* [total_k, num_heads_kv, head_dim] */
+  void* out;                   /* [total_q, num_heads_q, head_dim] */
   const int32_t* cu_seqlens_q; /* [batch + 1] */
   const int32_t* cu_seqlens_k; /* [batch + 1] */
   int batch;
@@ -26,12 +26,12 @@ typedef struct skipsoftmax_prefill_args {
   int64_t total_k;
   int max_seqlen_q;
   int max_seqlen_k;
-  int kv_history;  /* some sequence has kv_len > q_len */
+  int kv_history; /* some sequence has kv_len > q_len */
   int num_heads_q;
   int num_heads_kv;
   int causal;
-  double softmax_scale;  /* <= 0: 1 / sqrt(head_dim) */
-  int kv_order;          /* 0 forward, 1 reverse, 2 sink then reverse */
+  double softmax_scale; /* <= 0: 1 / sqrt(head_dim) */
+  int kv_order;         /* 0 forward, 1 reverse, 2 sink then reverse */
   /* Threshold: table_rows > 0 selects the table (bins strictly increasing, S > 0); otherwise
    * flat_lambda in [0, 1) (0 is dense). */
   int table_rows;

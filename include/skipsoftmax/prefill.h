@@ -22,22 +22,22 @@ const char* to_string(DType dtype);
 
 struct PrefillArguments {
   DType dtype = DType::kBF16;
-  int head_dim = 128;  // 64, 128 or 256
-  const void* q = nullptr;  // [total_q, num_heads_q, head_dim]
-  const void* k = nullptr;  // [total_k, num_heads_kv, head_dim]
-  const void* v = nullptr;  // [total_k, num_heads_kv, head_dim]
-  void* out = nullptr;      // [total_q, num_heads_q, head_dim]
+  int head_dim = 128;                          // 64, 128 or 256
+  const void* q = nullptr;                     // [total_q, num_heads_q, head_dim]
+  const void* k = nullptr;                     // [total_k, num_heads_kv, head_dim]
+  const void* v = nullptr;                     // [total_k, num_heads_kv, head_dim]
+  void* out = nullptr;                         // [total_q, num_heads_q, head_dim]
   const std::int32_t* cu_seqlens_q = nullptr;  // device, [batch + 1]
   const std::int32_t* cu_seqlens_k = nullptr;  // device, [batch + 1]
   int batch = 0;
   std::int64_t total_q = 0;
   std::int64_t total_k = 0;
-  int max_seqlen_q = 0;  // the longest query chunk of the batch
-  int max_seqlen_k = 0;  // the longest KV of the batch: the dispatch rule reads it
+  int max_seqlen_q = 0;     // the longest query chunk of the batch
+  int max_seqlen_k = 0;     // the longest KV of the batch: the dispatch rule reads it
   bool kv_history = false;  // some sequence has kv_len > q_len (chunked prefill)
   int num_heads_q = 0;
   int num_heads_kv = 0;
-  bool causal = true;  // bottom-right aligned
+  bool causal = true;                   // bottom-right aligned
   std::optional<double> softmax_scale;  // default 1 / sqrt(head_dim)
   Threshold threshold;                  // dense, per-length table or flat lambda
   KvOrder kv_order = KvOrder::kSinkThenReverse;
@@ -75,10 +75,10 @@ namespace skipsoftmax {
 // `args` gives everything but the device pointers (q, k, v, out, cu_seqlens and stats are
 // filled in here). Throws like run_prefill, and std::runtime_error when no Hopper GPU is present.
 struct HostPrefillResult {
-  std::vector<std::uint16_t> out;          // [total_q, num_heads_q, head_dim]
-  std::vector<unsigned long long> stats;   // [batch][2] visited, skipped (skip kernel only)
+  std::vector<std::uint16_t> out;         // [total_q, num_heads_q, head_dim]
+  std::vector<unsigned long long> stats;  // [batch][2] visited, skipped (skip kernel only)
   KernelChoice kernel = KernelChoice::kDense;
-  double kernel_ms = 0.0;                  // one launch, timed with CUDA events
+  double kernel_ms = 0.0;  // one launch, timed with CUDA events
 };
 HostPrefillResult run_prefill_host(PrefillArguments args, const std::vector<std::uint16_t>& q,
                                    const std::vector<std::uint16_t>& k,

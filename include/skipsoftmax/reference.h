@@ -23,7 +23,7 @@ struct SequenceStats {
   std::int64_t q_len = 0;
   std::int64_t kv_len = 0;  // L used for the lambda lookup
   double lambda = 0.0;
-  std::int64_t tiles_total = 0;    // (query tile or GQA group, KV tile) pairs visited
+  std::int64_t tiles_total = 0;  // (query tile or GQA group, KV tile) pairs visited
   std::int64_t tiles_skipped = 0;
   // Share of softmax mass in skipped tiles: per row, sum over skipped tiles of exp(x - x_max)
   // over the same sum over all visited tiles (x_max the row's true maximum), averaged over rows.
@@ -86,18 +86,18 @@ struct DecodeProblem {
 // One visited tile, for checking the GPU's decisions tile by tile and for calibration.
 struct TileRecord {
   std::int64_t seq = 0;
-  int head = 0;               // prefill: query head; decode: KV head (the GQA group)
-  std::int64_t q_tile = 0;    // prefill: query tile index in the sequence; decode: split index
-  std::int64_t kv_tile = 0;   // KV tile index (keys [kv_tile * tile_k, ...))
-  std::int64_t visit = 0;     // position in the visit order of its query tile or split
+  int head = 0;              // prefill: query head; decode: KV head (the GQA group)
+  std::int64_t q_tile = 0;   // prefill: query tile index in the sequence; decode: split index
+  std::int64_t kv_tile = 0;  // KV tile index (keys [kv_tile * tile_k, ...))
+  std::int64_t visit = 0;    // position in the visit order of its query tile or split
   bool skipped = false;
   bool operator==(const TileRecord&) const = default;
 };
 
 struct ReferenceOptions {
-  Threshold threshold;  // dense, per-length table or flat lambda
-  TileShape tiles;      // tile_q is unused by decode
-  int num_splits = 1;   // decode only: split-KV parts, each with its own running maximum
+  Threshold threshold;       // dense, per-length table or flat lambda
+  TileShape tiles;           // tile_q is unused by decode
+  int num_splits = 1;        // decode only: split-KV parts, each with its own running maximum
   bool collect_mass = true;  // the mass share costs exponentials of the skipped tiles
   int num_threads = 0;       // 0: all hardware threads
   // When set, receives every visited tile, ordered by (seq, head, q_tile, visit) whatever the

@@ -279,4 +279,80 @@ __device__ __forceinline__ void rs_m64n256k16_f16(float (&d)[128], const std::ui
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
+// Wgmma<kBf16, N>: the ss and rs wrappers for one input type and accumulator width N.
+template <bool kBf16, int N>
+struct Wgmma;
+
+template <>
+struct Wgmma<true, 64> {
+  static __device__ __forceinline__ void ss(float (&d)[32], std::uint64_t a,
+                                            std::uint64_t b, int scale_d) {
+    ss_m64n64k16_bf16(d, a, b, scale_d);
+  }
+  static __device__ __forceinline__ void rs(float (&d)[32],
+                                            const std::uint32_t (&a)[4], std::uint64_t b) {
+    rs_m64n64k16_bf16(d, a, b, 1);
+  }
+};
+
+template <>
+struct Wgmma<false, 64> {
+  static __device__ __forceinline__ void ss(float (&d)[32], std::uint64_t a,
+                                            std::uint64_t b, int scale_d) {
+    ss_m64n64k16_f16(d, a, b, scale_d);
+  }
+  static __device__ __forceinline__ void rs(float (&d)[32],
+                                            const std::uint32_t (&a)[4], std::uint64_t b) {
+    rs_m64n64k16_f16(d, a, b, 1);
+  }
+};
+
+template <>
+struct Wgmma<true, 128> {
+  static __device__ __forceinline__ void ss(float (&d)[64], std::uint64_t a,
+                                            std::uint64_t b, int scale_d) {
+    ss_m64n128k16_bf16(d, a, b, scale_d);
+  }
+  static __device__ __forceinline__ void rs(float (&d)[64],
+                                            const std::uint32_t (&a)[4], std::uint64_t b) {
+    rs_m64n128k16_bf16(d, a, b, 1);
+  }
+};
+
+template <>
+struct Wgmma<false, 128> {
+  static __device__ __forceinline__ void ss(float (&d)[64], std::uint64_t a,
+                                            std::uint64_t b, int scale_d) {
+    ss_m64n128k16_f16(d, a, b, scale_d);
+  }
+  static __device__ __forceinline__ void rs(float (&d)[64],
+                                            const std::uint32_t (&a)[4], std::uint64_t b) {
+    rs_m64n128k16_f16(d, a, b, 1);
+  }
+};
+
+template <>
+struct Wgmma<true, 256> {
+  static __device__ __forceinline__ void ss(float (&d)[128], std::uint64_t a,
+                                            std::uint64_t b, int scale_d) {
+    ss_m64n256k16_bf16(d, a, b, scale_d);
+  }
+  static __device__ __forceinline__ void rs(float (&d)[128],
+                                            const std::uint32_t (&a)[4], std::uint64_t b) {
+    rs_m64n256k16_bf16(d, a, b, 1);
+  }
+};
+
+template <>
+struct Wgmma<false, 256> {
+  static __device__ __forceinline__ void ss(float (&d)[128], std::uint64_t a,
+                                            std::uint64_t b, int scale_d) {
+    ss_m64n256k16_f16(d, a, b, scale_d);
+  }
+  static __device__ __forceinline__ void rs(float (&d)[128],
+                                            const std::uint32_t (&a)[4], std::uint64_t b) {
+    rs_m64n256k16_f16(d, a, b, 1);
+  }
+};
+
 }  // namespace skipsoftmax::hopper

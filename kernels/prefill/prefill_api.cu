@@ -1,7 +1,7 @@
 // Host API of the prefill kernels: argument checks, TMA descriptors, dispatch.
 #include <cuda.h>
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 
 #include <cmath>
 #include <sstream>
@@ -48,14 +48,15 @@ CUtensorMap make_tensor_map(const void* base, std::int64_t rows, int heads, int 
   const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult r = encode_tiled()(
-      &map, dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      3, const_cast<void*>(base), dims, strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      &map,
+      dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
+      const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     std::ostringstream msg;
-    msg << "prefill: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for a ["
-        << rows << ", " << heads << ", " << head_dim << "] tensor";
+    msg << "prefill: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for a [" << rows
+        << ", " << heads << ", " << head_dim << "] tensor";
     throw std::runtime_error(msg.str());
   }
   return map;
@@ -78,10 +79,10 @@ prefill::DeviceThreshold device_threshold(const Threshold& t) {
 template <bool kSkip>
 void launch(const Params& params, const PrefillArguments& a, cudaStream_t stream) {
   const bool bf16 = a.dtype == DType::kBF16;
-#define SKIPSOFTMAX_FAMILY(BF16, D)                                                  \
-  if (bf16 == BF16 && a.head_dim == D) {                                            \
-    prefill::launch_family<BF16, D, kSkip>(params, a.causal, stream);               \
-    return;                                                                         \
+#define SKIPSOFTMAX_FAMILY(BF16, D)                                   \
+  if (bf16 == BF16 && a.head_dim == D) {                              \
+    prefill::launch_family<BF16, D, kSkip>(params, a.causal, stream); \
+    return;                                                           \
   }
   SKIPSOFTMAX_FAMILY(true, 128)
 #if SKIPSOFTMAX_ALL_KERNELS
@@ -115,7 +116,8 @@ std::string can_implement(const PrefillArguments& a) {
     why << "total_q and total_k must lie in [1, 2^31)";
   } else if ((reinterpret_cast<std::uintptr_t>(a.q) | reinterpret_cast<std::uintptr_t>(a.k) |
               reinterpret_cast<std::uintptr_t>(a.v) | reinterpret_cast<std::uintptr_t>(a.out)) %
-                 16 != 0) {
+                 16 !=
+             0) {
     why << "q, k, v and out must be 16-byte aligned";
   } else if (a.softmax_scale && !(std::isfinite(*a.softmax_scale) && *a.softmax_scale > 0)) {
     why << "softmax scale must be finite and > 0";

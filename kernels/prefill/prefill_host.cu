@@ -23,7 +23,9 @@ class Device {
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
   template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
 
  private:
   void* ptr_ = nullptr;
@@ -74,7 +76,8 @@ HostPrefillResult run_prefill_host(PrefillArguments args, const std::vector<std:
   cudaEventDestroy(stop);
   r.kernel_ms = ms;
   r.out.resize(q.size());
-  check(cudaMemcpy(r.out.data(), dout.as<void>(), q.size() * 2, cudaMemcpyDeviceToHost), "copy out");
+  check(cudaMemcpy(r.out.data(), dout.as<void>(), q.size() * 2, cudaMemcpyDeviceToHost),
+        "copy out");
   r.stats.resize(static_cast<std::size_t>(args.batch) * 2);
   check(cudaMemcpy(r.stats.data(), dstats.as<void>(), r.stats.size() * 8, cudaMemcpyDeviceToHost),
         "copy stats");

@@ -26,8 +26,8 @@ namespace skipsoftmax::prefill {
 
 template <int kHeadDim>
 struct TileConfig {
-  static constexpr int kBlockM = 128;                       // query rows per CTA
-  static constexpr int kRowsPerWarpgroup = 64;              // the vote unit's rows
+  static constexpr int kBlockM = 128;                         // query rows per CTA
+  static constexpr int kRowsPerWarpgroup = 64;                // the vote unit's rows
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;  // keys per KV tile
 #ifndef SKIPSOFTMAX_K_STAGES
 #define SKIPSOFTMAX_K_STAGES 3
@@ -99,32 +99,6 @@ __device__ __forceinline__ float lambda_for(const DeviceThreshold& t, int kv_len
   for (int i = 1; i < t.rows && t.bins[i] <= kv_len; ++i) s = t.scales[i];
   const float l = static_cast<float>(kv_len);
   return s >= l ? 0.f : s / l;
-}
-
-template <bool kBf16, int N>
-__device__ __forceinline__ void mma_ss(float (&d)[N / 2], std::uint64_t a, std::uint64_t b,
-                                       int scale_d) {
-  using namespace hopper;
-  if constexpr (N == 64) {
-    if constexpr (kBf16) ss_m64n64k16_bf16(d, a, b, scale_d); else ss_m64n64k16_f16(d, a, b, scale_d);
-  } else if constexpr (N == 128) {
-    if constexpr (kBf16) ss_m64n128k16_bf16(d, a, b, scale_d); else ss_m64n128k16_f16(d, a, b, scale_d);
-  } else {
-    if constexpr (kBf16) ss_m64n256k16_bf16(d, a, b, scale_d); else ss_m64n256k16_f16(d, a, b, scale_d);
-  }
-}
-
-template <bool kBf16, int N>
-__device__ __forceinline__ void mma_rs(float (&d)[N / 2], const std::uint32_t (&a)[4],
-                                       std::uint64_t b) {
-  using namespace hopper;
-  if constexpr (N == 64) {
-    if constexpr (kBf16) rs_m64n64k16_bf16(d, a, b, 1); else rs_m64n64k16_f16(d, a, b, 1);
-  } else if constexpr (N == 128) {
-    if constexpr (kBf16) rs_m64n128k16_bf16(d, a, b, 1); else rs_m64n128k16_f16(d, a, b, 1);
-  } else {
-    if constexpr (kBf16) rs_m64n256k16_bf16(d, a, b, 1); else rs_m64n256k16_f16(d, a, b, 1);
-  }
 }
 
 // Where one CTA's work lies: its query rows, its KV tiles, and the sequence they belong to.
@@ -250,19 +224,17 @@ struct Consumer {
   __host__ __device__ static constexpr std::uint32_t k_step(int kk) {
     return ((kk / 4) * kN * 128 + (kk % 4) * 32) >> 4;
   }
-  __host__ __device__ static constexpr std::uint32_t v_step(int kk) {
-    return (kk * 16 * 128) >> 4;
-  }
+  __host__ __device__ static constexpr std::uint32_t v_step(int kk) { return (kk * 16 * 128) >> 4; }
 
   __device__ void issue_qk(float (&sc)[kN / 2], int stage) {
-    const std::uint64_t dq = hopper::make_smem_desc(
-        s.q + wg * Cfg::kRowsPerWarpgroup * Cfg::kBoxCols, 16, 1024);
+    const std::uint64_t dq =
+        hopper::make_smem_desc(s.q + wg * Cfg::kRowsPerWarpgroup * Cfg::kBoxCols, 16, 1024);
     const std::uint64_t dk = hopper::make_smem_desc(s.k[stage], 16, 1024);
     hopper::fence_registers(sc);
     hopper::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      mma_ss<kBf16, kN>(sc, dq + q_step(kk), dk + k_step(kk), kk > 0);
+      hopper::Wgmma<kBf16, kN>::ss(sc, dq + q_step(kk), dk + k_step(kk), kk > 0);
     }
     hopper::wgmma_commit();
     hopper::fence_registers(sc);
@@ -274,16 +246,15 @@ struct Consumer {
     hopper::fence_registers(pa);
     hopper::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) mma_rs<kBf16, kHeadDim>(o, pa[kk], dv + v_step(kk));
+    for (int kk = 0; kk < kN / 16; ++kk)
+      hopper::Wgmma<kBf16, kHeadDim>::rs(o, pa[kk], dv + v_step(kk));
     hopper::fence_registers(o);
     hopper::fence_registers(pa);
   }
 
   // Does some row of this warpgroup see a key of the tile (causal: bottom-right aligned)?
   __device__ bool tile_visible(int tile) const { return tile < visible_tiles(); }
-  __device__ int row_base() const {
-    return w.m_block * Cfg::kBlockM + wg * Cfg::kRowsPerWarpgroup;
-  }
+  __device__ int row_base() const { return w.m_block * Cfg::kBlockM + wg * Cfg::kRowsPerWarpgroup; }
   // Does any element of this tile need masking for this warpgroup?
   __device__ bool tile_needs_mask(int tile) const {
     if ((tile + 1) * kN > w.kv_len) return true;
@@ -298,7 +269,8 @@ struct Consumer {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int row = row0 + 8 * i;
-      const int last_key = row >= w.q_len ? -1 : (kCausal ? w.kv_len - w.q_len + row : w.kv_len - 1);
+      const int last_key =
+          row >= w.q_len ? -1 : (kCausal ? w.kv_len - w.q_len + row : w.kv_len - 1);
       const int limit = min(last_key, w.kv_len - 1) - tile * kN;  // last visible column
       float r = kNegInf;
 #pragma unroll
@@ -541,9 +513,9 @@ struct Consumer {
       const float inv = 1.f / sum;
       const int row = row0 + 8 * i;
       if (row >= w.q_len) continue;
-      auto* out = reinterpret_cast<std::uint32_t*>(p.out) +
-                  ((static_cast<std::int64_t>(w.q_start + row) * p.num_heads_q + w.head) *
-                   kHeadDim) / 2;
+      auto* out =
+          reinterpret_cast<std::uint32_t*>(p.out) +
+          ((static_cast<std::int64_t>(w.q_start + row) * p.num_heads_q + w.head) * kHeadDim) / 2;
 #pragma unroll
       for (int j = 0; j < kHeadDim / 8; ++j) {
         out[4 * j + lane % 4] =

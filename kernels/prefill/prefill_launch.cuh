@@ -15,7 +15,8 @@ void launch(const Params& params, cudaStream_t stream) {
   using Cfg = TileConfig<kHeadDim>;
   auto kernel = prefill_kernel<kBf16, kHeadDim, kCausal, kSkip>;
   constexpr int kSmem = static_cast<int>(sizeof(SharedStorage<kHeadDim>));
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) {
     throw std::runtime_error(std::string("prefill: cudaFuncSetAttribute: ") +
                              cudaGetErrorString(err));
@@ -35,15 +36,15 @@ void launch_family(const Params& params, bool causal, cudaStream_t stream);
 }  // namespace skipsoftmax::prefill
 
 // Defines launch_family for one (dtype, head dim, dense/skip), both masks.
-#define SKIPSOFTMAX_PREFILL_FAMILY(BF16, HEAD_DIM, SKIP)                                      \
-  namespace skipsoftmax::prefill {                                                          \
-  template <>                                                                               \
-  void launch_family<BF16, HEAD_DIM, SKIP>(const Params& params, bool causal,              \
-                                           cudaStream_t stream) {                          \
-    if (causal) {                                                                           \
-      launch<BF16, HEAD_DIM, true, SKIP>(params, stream);                                   \
-    } else {                                                                                \
-      launch<BF16, HEAD_DIM, false, SKIP>(params, stream);                                  \
-    }                                                                                       \
-  }                                                                                         \
+#define SKIPSOFTMAX_PREFILL_FAMILY(BF16, HEAD_DIM, SKIP)                      \
+  namespace skipsoftmax::prefill {                                            \
+  template <>                                                                 \
+  void launch_family<BF16, HEAD_DIM, SKIP>(const Params& params, bool causal, \
+                                           cudaStream_t stream) {             \
+    if (causal) {                                                             \
+      launch<BF16, HEAD_DIM, true, SKIP>(params, stream);                     \
+    } else {                                                                  \
+      launch<BF16, HEAD_DIM, false, SKIP>(params, stream);                    \
+    }                                                                         \
+  }                                                                           \
   }

@@ -17,12 +17,15 @@
 namespace skipsoftmax::gpu {
 
 inline void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
 }
 
 class DeviceBuffer {
  public:
-  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) { check(cudaMalloc(&ptr_, bytes), "cudaMalloc"); }
+  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+    check(cudaMalloc(&ptr_, bytes), "cudaMalloc");
+  }
   ~DeviceBuffer() { cudaFree(ptr_); }
   DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; }
   DeviceBuffer(const DeviceBuffer&) = delete;

@@ -118,7 +118,8 @@ TEST(GpuPrefill, DenseMatchesReferenceOnRaggedAwkwardLengths) {
       EXPECT_EQ(r.kernel, KernelChoice::kDense);
       std::vector<double> ref;
       run_cpu(b, s.causal, Threshold::dense(), KvOrder::kSinkThenReverse, ref);
-      const std::string what = name(s) + " Hq=" + std::to_string(h.q) + " Hkv=" + std::to_string(h.kv);
+      const std::string what =
+          name(s) + " Hq=" + std::to_string(h.q) + " Hkv=" + std::to_string(h.kv);
       for (double x : r.out) ASSERT_FALSE(std::isnan(x)) << what << ": NaN in the output";
       EXPECT_LT(rel_l2(r.out, ref), tolerance(s.dtype)) << what;
     }
@@ -153,8 +154,8 @@ void expect_stats_agree(const Result& r, const AttentionStats& ref, const std::s
                                   static_cast<long long>(s.tiles_skipped));
     EXPECT_EQ(r.stats[2 * i], static_cast<unsigned long long>(s.tiles_total))
         << what << " sequence " << i << ": visited tiles";
-    const double diff = std::abs(static_cast<double>(r.stats[2 * i + 1]) -
-                                 static_cast<double>(s.tiles_skipped));
+    const double diff =
+        std::abs(static_cast<double>(r.stats[2 * i + 1]) - static_cast<double>(s.tiles_skipped));
     EXPECT_LE(diff, std::max(1.0, 0.005 * static_cast<double>(s.tiles_total)))
         << what << " sequence " << i << ": skipped " << r.stats[2 * i + 1] << " vs reference "
         << s.tiles_skipped;
@@ -168,21 +169,21 @@ TEST(GpuPrefill, SkipMatchesReferenceOutputAndDecisions) {
     const std::vector<std::int64_t> q = {2100, 129, s.causal ? 700 : 3000};
     const std::vector<std::int64_t> k = {2100, 129, 3000};
     for (const Heads h : kHeadConfigs) {
-    const HostBatch b = make_host_batch(s.dtype, h.q, h.kv, s.dim, q, k, 211);
-    for (double lambda : {1e-4, 1e-3, 1e-2}) {
-      for (KvOrder order : {KvOrder::kForward, KvOrder::kReverse, KvOrder::kSinkThenReverse}) {
-        const Threshold th = Threshold::flat(lambda);
-        const std::string what = name(s) + " Hq=" + std::to_string(h.q) + " Hkv=" +
-                                 std::to_string(h.kv) + " lambda " + std::to_string(lambda) +
-                                 " " + to_string(order);
-        const Result r = run_gpu(b, s.causal, th, order);
-        EXPECT_EQ(r.kernel, KernelChoice::kSkip);
-        std::vector<double> ref;
-        const AttentionStats st = run_cpu(b, s.causal, th, order, ref);
-        EXPECT_LT(rel_l2(r.out, ref), tolerance(s.dtype)) << what;
-        expect_stats_agree(r, st, what);
+      const HostBatch b = make_host_batch(s.dtype, h.q, h.kv, s.dim, q, k, 211);
+      for (double lambda : {1e-4, 1e-3, 1e-2}) {
+        for (KvOrder order : {KvOrder::kForward, KvOrder::kReverse, KvOrder::kSinkThenReverse}) {
+          const Threshold th = Threshold::flat(lambda);
+          const std::string what = name(s) + " Hq=" + std::to_string(h.q) +
+                                   " Hkv=" + std::to_string(h.kv) + " lambda " +
+                                   std::to_string(lambda) + " " + to_string(order);
+          const Result r = run_gpu(b, s.causal, th, order);
+          EXPECT_EQ(r.kernel, KernelChoice::kSkip);
+          std::vector<double> ref;
+          const AttentionStats st = run_cpu(b, s.causal, th, order, ref);
+          EXPECT_LT(rel_l2(r.out, ref), tolerance(s.dtype)) << what;
+          expect_stats_agree(r, st, what);
+        }
       }
-    }
     }
   }
   std::printf("skip decisions: %lld of %lld visited tiles differ from the CPU reference\n",
@@ -193,7 +194,8 @@ TEST(GpuPrefill, PerLengthTableGivesEachSequenceItsLambda) {
   REQUIRE_HOPPER();
   const Shape s{DType::kBF16, 128, true};
   // 300 lies below the first bin (dense by the guard); 2500 and 5000 use S = 2 and S = 8.
-  const HostBatch b = make_host_batch(s.dtype, 4, 1, s.dim, {300, 2500, 5000}, {300, 2500, 5000}, 5);
+  const HostBatch b =
+      make_host_batch(s.dtype, 4, 1, s.dim, {300, 2500, 5000}, {300, 2500, 5000}, 5);
   const Threshold th = Threshold::table(ScaleTable({{1024, 2.0}, {4096, 8.0}}));
   const Result r = run_gpu(b, true, th, KvOrder::kSinkThenReverse);
   EXPECT_EQ(r.kernel, KernelChoice::kSkip);
@@ -212,8 +214,8 @@ TEST(GpuPrefill, SkipKernelAtLambdaZeroIsBitIdenticalToDense) {
     if (!compiled(s)) continue;
     const HostBatch b = make_host_batch(s.dtype, 4, 2, s.dim, {1000, 77}, {1000, 77}, 31);
     const Result dense = run_gpu(b, s.causal, Threshold::dense(), KvOrder::kSinkThenReverse);
-    const Result skip = run_gpu(b, s.causal, Threshold::dense(), KvOrder::kSinkThenReverse,
-                                KernelChoice::kSkip);
+    const Result skip =
+        run_gpu(b, s.causal, Threshold::dense(), KvOrder::kSinkThenReverse, KernelChoice::kSkip);
     EXPECT_EQ(skip.kernel, KernelChoice::kSkip);
     EXPECT_TRUE(dense.bits == skip.bits) << name(s);
     EXPECT_EQ(skip.stats[1] + skip.stats[3], 0u) << name(s);

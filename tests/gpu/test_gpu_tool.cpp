@@ -1,5 +1,6 @@
 // skipsoftmax attend --backend cuda against --backend cpu on the same .npy files (GPU only).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -7,8 +8,6 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
-
-#include <unistd.h>
 
 #include "file_io.h"
 #include "gpu_harness.h"
@@ -21,19 +20,22 @@ namespace fs = std::filesystem;
 // The tool sits beside the tests folder of the build (build/skipsoftmax, build/tests/...); found
 // from this executable so that a build folder can be carried to another machine.
 int run_tool(const std::string& args) {
-  const fs::path tool = fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "skipsoftmax";
+  const fs::path tool =
+      fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "skipsoftmax";
   const std::string command = tool.string() + " attend " + args + " > /dev/null 2>&1";
   return std::system(command.c_str());
 }
 
 TEST(GpuTool, AttendCudaMatchesTheCpuReference) {
   if (!hopper_gpu_available()) GTEST_SKIP() << "no Hopper GPU on this machine";
-  const fs::path dir = fs::temp_directory_path() / ("skipsoftmax_gpu_tool_" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("skipsoftmax_gpu_tool_" + std::to_string(getpid()));
   fs::create_directories(dir);
   // A ragged causal batch with history, real-structure inputs: fp32 files holding bf16 values, so
   // that the kernels (bf16, the default for fp32 inputs) and the reference see the same numbers.
   const HostBatch b = make_host_batch(DType::kBF16, 4, 2, 128, {700, 1500}, {1300, 1500}, 9);
-  const auto write = [&](const char* name, const std::vector<float>& x, std::int64_t rows, int heads) {
+  const auto write = [&](const char* name, const std::vector<float>& x, std::int64_t rows,
+                         int heads) {
     std::vector<double> values(x.begin(), x.end());
     write_npy_atomic(dir / name, make_npy_float(NpyDtype::kF32, {rows, heads, b.dim}, values));
   };
@@ -43,9 +45,9 @@ TEST(GpuTool, AttendCudaMatchesTheCpuReference) {
   std::vector<std::int64_t> cu_q(b.cu_q.begin(), b.cu_q.end()), cu_k(b.cu_k.begin(), b.cu_k.end());
   write_npy_atomic(dir / "cq.npy", make_npy_int(NpyDtype::kI32, {3}, cu_q));
   write_npy_atomic(dir / "ck.npy", make_npy_int(NpyDtype::kI32, {3}, cu_k));
-  const std::string common = "--q " + (dir / "q.npy").string() + " --k " + (dir / "k.npy").string() +
-                             " --v " + (dir / "v.npy").string() + " --cu-seqlens-q " +
-                             (dir / "cq.npy").string() + " --cu-seqlens-k " +
+  const std::string common = "--q " + (dir / "q.npy").string() + " --k " +
+                             (dir / "k.npy").string() + " --v " + (dir / "v.npy").string() +
+                             " --cu-seqlens-q " + (dir / "cq.npy").string() + " --cu-seqlens-k " +
                              (dir / "ck.npy").string() +
                              " --causal --threshold 0.001 --kv-order sink-reverse --out-dtype f64";
   ASSERT_EQ(run_tool(common + " --backend cuda --out " + (dir / "gpu.npy").string() + " --stats " +
@@ -65,7 +67,8 @@ TEST(GpuTool, AttendCudaMatchesTheCpuReference) {
   const nlohmann::json gs = read_json_file(dir / "gpu.json"), cs = read_json_file(dir / "cpu.json");
   EXPECT_EQ(gs["tile_q"], 64);
   EXPECT_EQ(gs["tiles_total"], cs["tiles_total"]);
-  EXPECT_LE(std::abs(gs["tiles_skipped"].get<long long>() - cs["tiles_skipped"].get<long long>()), 2);
+  EXPECT_LE(std::abs(gs["tiles_skipped"].get<long long>() - cs["tiles_skipped"].get<long long>()),
+            2);
   EXPECT_GT(cs["tiles_skipped"].get<long long>(), 0);
   EXPECT_TRUE(gs["mass_share"].is_null());
   fs::remove_all(dir);
