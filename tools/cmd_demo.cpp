@@ -244,7 +244,7 @@ void run_demo(const DemoArgs& a) {
 void add_demo(CLI::App& app) {
   auto args = std::make_shared<DemoArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "demo", "Main job: skip-softmax vs dense attention on real-structure inputs (CPU reference)");
+      "demo", "Main job: skip-softmax vs dense attention on real-structure inputs (GPU or CPU)");
   cmd->add_option("--backend", args->backend, "auto (the GPU when there is one), cpu or cuda")
       ->capture_default_str();
   cmd->add_option("--seq-len", args->seq_len, "Tokens per sequence (4096 CPU, 16384 GPU)")
