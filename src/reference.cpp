@@ -299,6 +299,8 @@ void validate(const PrefillProblem& p) {
     check(std::isfinite(*p.softmax_scale) && *p.softmax_scale > 0.0,
           "softmax scale must be finite and > 0");
   }
+  check(p.window >= 0, "sliding window must be >= 0 (0: none), got " + std::to_string(p.window));
+  check(p.window == 0 || p.causal, "a sliding window needs causal attention");
 }
 
 void validate(const DecodeProblem& p) {
@@ -363,8 +365,9 @@ AttentionStats prefill_impl(const PrefillProblem& p, const ReferenceOptions& opt
   // Causal query tiles near the end of a sequence see the most keys: hand them out first.
   std::stable_sort(items.begin(), items.end(), [&](const Item& a, const Item& b) {
     const auto work = [&](const Item& it) {
-      const std::int64_t lq = seqs[it.seq].q_len, lk = seqs[it.seq].kv_len;
-      return prefill_kv_tiles(it.q_end, lq, lk, p.causal, tk);
+      const TileRange r = prefill_kv_tile_range(it.q_begin, it.q_end, seqs[it.seq].q_len,
+                                                seqs[it.seq].kv_len, p.causal, p.window, tk);
+      return r.end - r.begin;
     };
     return work(a) > work(b);
   });
@@ -409,17 +412,19 @@ AttentionStats prefill_impl(const PrefillProblem& p, const ReferenceOptions& opt
       return cols;
     };
     const auto visible = [&](int r, std::int64_t t, int j) {
-      return !p.causal || t * tk + j <= causal_shift + it.q_begin + r;
+      const std::int64_t key = t * tk + j, pos = causal_shift + it.q_begin + r;
+      return (!p.causal || key <= pos) && (p.window == 0 || key > pos - p.window);
     };
 
     std::vector<RowState> st(rows);
     std::vector<double> o(static_cast<std::size_t>(rows) * dim, 0.0);
-    const std::int64_t n_tiles = prefill_kv_tiles(it.q_end, sq.q_len, sq.kv_len, p.causal, tk);
+    const TileRange range = prefill_kv_tile_range(it.q_begin, it.q_end, sq.q_len, sq.kv_len,
+                                                  p.causal, p.window, tk);
     ItemStats& stats = item_stats[i];
     const TileRecord record{it.seq, it.head, it.q_begin / tq, 0, 0, false};
-    run_tiles<kSkip>(rows, dim, tk, scale, log_lambda_of(sq.lambda), opt.collect_mass, 0, n_tiles,
-                     opt.tiles.order, qrow, load, visible, sc, st, o.data(), stats,
-                     opt.trace ? &record : nullptr);
+    run_tiles<kSkip>(rows, dim, tk, scale, log_lambda_of(sq.lambda), opt.collect_mass, range.begin,
+                     range.end - range.begin, opt.tiles.order, qrow, load, visible, sc, st,
+                     o.data(), stats, opt.trace ? &record : nullptr);
 
     for (int r = 0; r < rows; ++r) {
       double* orow = o.data() + static_cast<std::ptrdiff_t>(r) * dim;

@@ -62,7 +62,8 @@ std::vector<std::vector<double>> naive_scores(const PrefillProblem& p, std::size
   std::vector<std::vector<double>> s(lq, std::vector<double>(lk));
   for (std::int64_t i = 0; i < lq; ++i) {
     for (std::int64_t j = 0; j < lk; ++j) {
-      if (p.causal && j > lk - lq + i) {
+      const std::int64_t pos = lk - lq + i;
+      if ((p.causal && j > pos) || (p.window > 0 && j <= pos - p.window)) {
         s[i][j] = -std::numeric_limits<double>::infinity();
         continue;
       }
@@ -158,6 +159,36 @@ TEST(ReferencePrefill, GqaMqaRaggedChunkedMatchNaive) {
       1e-13);
 }
 
+TEST(ReferencePrefill, SlidingWindowMatchesNaive) {
+  for (std::int64_t window : {1, 64, 200, 1000}) {
+    // A chunk with history (300 of 700) and whole sequences, off every tile multiple.
+    Batch b = make_batch({1, 129, 300, 700}, {1, 129, 700, 700}, 4, 2, 32, true, 91);
+    b.problem.window = window;
+    EXPECT_LT(rel_l2(run(b.problem, options(Threshold::dense(), 64, 64)), naive_attention(b.problem)),
+              1e-13)
+        << "window " << window;
+  }
+}
+
+TEST(ReferencePrefill, SlidingWindowVisitsOnlyTheTilesInReach) {
+  EXPECT_EQ(prefill_kv_tile_range(256, 384, 1000, 1000, true, 100, 128).begin, 1);  // key 157
+  EXPECT_EQ(prefill_kv_tile_range(256, 384, 1000, 1000, true, 100, 128).end, 3);
+  EXPECT_EQ(prefill_kv_tile_range(0, 128, 1000, 1000, true, 100, 128).begin, 0);
+  EXPECT_EQ(prefill_kv_tile_range(0, 64, 64, 1000, true, 64, 128).begin, 6);  // key 873
+  Batch b = make_batch({1000}, {1000}, 1, 1, 16, true, 93);
+  b.problem.window = 100;
+  AttentionStats s;
+  run(b.problem, options(Threshold::dense(), 128, 128), &s);
+  std::int64_t expected = 0;
+  for (std::int64_t q0 = 0; q0 < 1000; q0 += 128) {
+    const TileRange r = prefill_kv_tile_range(q0, std::min<std::int64_t>(q0 + 128, 1000), 1000,
+                                              1000, true, 100, 128);
+    expected += r.end - r.begin;
+  }
+  EXPECT_EQ(s.tiles_total, expected);
+  EXPECT_LT(expected, 8 * 9 / 2);  // fewer than the causal triangle
+}
+
 TEST(ReferencePrefill, GuardedLambdaZeroIsBitIdenticalToDense) {
   Batch b = make_batch({700, 333}, {700, 333}, 4, 2, 32, true, 5);
   // The table's first bin lies above both lengths: the skip path runs with lambda = 0.
@@ -238,6 +269,14 @@ TEST(ReferencePrefill, SkippedWeightsAreBelowLambdaAndMassIsTheirShare) {
   }
   check_skipped_weights_and_mass(b.problem,
                                  options(Threshold::table(ScaleTable({{256, 2.0}})), 32, 64));
+}
+
+TEST(ReferencePrefill, SlidingWindowSkipsHoldTheBound) {
+  Batch b = make_batch({1500}, {1500}, 2, 1, 32, true, 95);
+  b.problem.window = 700;
+  for (KvOrder order : {KvOrder::kForward, KvOrder::kSinkThenReverse}) {
+    check_skipped_weights_and_mass(b.problem, options(Threshold::flat(1e-2), 64, 64, order));
+  }
 }
 
 TEST(ReferencePrefill, ErrorIsBoundedByTheSkippedMass) {
@@ -367,6 +406,15 @@ TEST(ReferencePrefill, RejectsBadProblems) {
                std::invalid_argument);  // batch sizes differ
   EXPECT_THROW(reference_prefill(b.problem, options(Threshold::dense(), 0, 64), out.data()),
                std::invalid_argument);
+  p = b.problem;
+  p.window = -1;
+  EXPECT_THROW(reference_prefill(p, options(Threshold::dense()), out.data()),
+               std::invalid_argument);
+  p = b.problem;
+  p.causal = false;
+  p.window = 16;
+  EXPECT_THROW(reference_prefill(p, options(Threshold::dense()), out.data()),
+               std::invalid_argument);  // a window needs causal
   p = b.problem;
   p.softmax_scale = -1.0;
   EXPECT_THROW(reference_prefill(p, options(Threshold::dense()), out.data()),

@@ -61,7 +61,10 @@ struct PrefillProblem {
   std::vector<std::int64_t> cu_seqlens_q;  // [batch + 1], starts at 0
   std::vector<std::int64_t> cu_seqlens_k;  // [batch + 1]; kv_len >= q_len per sequence if causal
   bool causal = false;                     // bottom-right aligned
-  std::optional<double> softmax_scale;     // default 1 / sqrt(head_dim)
+  // Sliding window (local layers, e.g. Gemma 3): with window W > 0 the query at position p sees
+  // keys [p - W + 1, p] only. Needs causal. 0: no window.
+  std::int64_t window = 0;
+  std::optional<double> softmax_scale;  // default 1 / sqrt(head_dim)
 };
 
 struct PagedKvCache {

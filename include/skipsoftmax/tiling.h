@@ -52,13 +52,27 @@ constexpr std::int64_t prefill_kv_tiles(std::int64_t q_end, std::int64_t q_len, 
   return (keys + tile_k - 1) / tile_k;
 }
 
-// Split-KV decode: the KV tiles [0, n_tiles) are cut into num_splits contiguous ranges of
-// ceil(n_tiles / num_splits) tiles (the last ones may be shorter or empty). Each split keeps its
-// own running maximum, so the first tile a split visits is never skipped.
+// KV tiles [begin, end).
 struct TileRange {
   std::int64_t begin;
   std::int64_t end;
 };
+
+// The KV tiles rows [q_begin, q_end) of a causal chunk visit under a sliding window of `window`
+// keys (row i at position p = kv_len - q_len + i sees keys [p - window + 1, p]; window 0: no
+// window). The visit order applies to this range: position k of it is begin + kv_tile_at(...).
+constexpr TileRange prefill_kv_tile_range(std::int64_t q_begin, std::int64_t q_end,
+                                          std::int64_t q_len, std::int64_t kv_len, bool causal,
+                                          std::int64_t window, int tile_k) {
+  const std::int64_t end = prefill_kv_tiles(q_end, q_len, kv_len, causal, tile_k);
+  if (window <= 0) return {0, end};
+  const std::int64_t first_key = kv_len - q_len + q_begin - window + 1;
+  return {first_key > 0 ? first_key / tile_k : 0, end};
+}
+
+// Split-KV decode: the KV tiles [0, n_tiles) are cut into num_splits contiguous ranges of
+// ceil(n_tiles / num_splits) tiles (the last ones may be shorter or empty). Each split keeps its
+// own running maximum, so the first tile a split visits is never skipped.
 constexpr TileRange split_tile_range(std::int64_t n_tiles, int num_splits, int split) {
   const std::int64_t per = (n_tiles + num_splits - 1) / num_splits;
   const std::int64_t b = per * split < n_tiles ? per * split : n_tiles;
