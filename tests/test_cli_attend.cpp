@@ -373,6 +373,10 @@ TEST_F(CliAttendTest, BadInputFailsAndLeavesNoOutput) {
        write_json_file(t.path("T.json"), nlohmann::json::parse("[[0, 12.0]]"));
        a.set("--scale-table", t.path("T.json"));
      }},
+    {"window < 0", "--window must be >= 0",
+     [](auto&, auto& a) { a.set("--causal").set("--window", "-1"); }},
+    {"window without causal", "--window needs --causal",
+     [](auto&, auto& a) { a.set("--window", "16"); }},
     {"kv order", "forward, reverse, sink-reverse",
      [](auto&, auto& a) { a.set("--kv-order", "backwards"); }},
 #if SKIPSOFTMAX_HAVE_CUDA

@@ -41,6 +41,7 @@ struct AttendArgs {
   std::string q, k, v;
   std::string cu_seqlens_q, cu_seqlens_k;  // empty: no ragged batch
   bool causal = false;
+  std::int64_t window = 0;  // sliding window in keys; 0: none
   std::string scale_table;
   std::optional<double> threshold;  // nullopt: dense unless a table is given
   std::optional<double> softmax_scale;
@@ -128,6 +129,11 @@ Settings parse_settings(const AttendArgs& a) {
   }
   if (a.backend != "cpu" && a.backend != "cuda") {
     fail("unknown --backend '" + a.backend + "' (valid: cpu, cuda)");
+  }
+  if (a.window < 0) fail("--window must be >= 0 (0: none), got " + std::to_string(a.window));
+  if (a.window > 0 && !a.causal) fail("--window needs --causal (a sliding window looks back)");
+  if (a.window > 0 && a.backend == "cuda") {
+    fail("--window: the GPU kernels have no sliding window yet; use --backend cpu");
   }
   if (!a.cuda_dtype.empty() && a.cuda_dtype != "fp16" && a.cuda_dtype != "bf16") {
     fail("unknown --cuda-dtype '" + a.cuda_dtype + "' (valid: fp16, bf16)");
@@ -310,6 +316,7 @@ nlohmann::json stats_json(const AttendArgs& a, const Settings& s, const Attentio
   for (const SequenceStats& seq : st.sequences) sequences.push_back(sequence_json(seq));
   return {{"backend", a.backend},
           {"causal", a.causal},
+          {"window", a.window},
           {"tile_q", s.options.tiles.tile_q},
           {"tile_k", s.options.tiles.tile_k},
           {"kv_order", to_string(s.options.tiles.order)},
@@ -347,6 +354,7 @@ AttentionStats run_cpu(const AttendArgs& a, const Settings& s, const Inputs& in,
   p.cu_seqlens_q = in.cu_q;
   p.cu_seqlens_k = in.cu_k;
   p.causal = a.causal;
+  p.window = a.window;
   p.softmax_scale = a.softmax_scale;
   out.assign(in.q.size(), 0.0);
   return reference_prefill(p, s.options, out.data());
@@ -482,6 +490,8 @@ void add_attend(CLI::App& app) {
   cu_q->needs(cu_k);
   cu_k->needs(cu_q);
   cmd->add_flag("--causal", a->causal, "Causal mask, bottom-right aligned");
+  cmd->add_option("--window", a->window,
+                  "Sliding window: a query sees its last W keys (needs --causal; cpu only)");
   auto* table = cmd->add_option("--scale-table", a->scale_table, "Scale table JSON file");
   auto* threshold = cmd->add_option("--threshold", a->threshold, "Flat lambda in [0, 1)");
   table->excludes(threshold);
