@@ -8,10 +8,11 @@
 // the softmax of one overlaps the matrix products of the other.
 //
 // Skip variant (kSkip): after each S tile every consumer warpgroup votes. The tile is skipped when
-// rowmax(S) - max(m_run, rowmax(S)) < log2(lambda) (log2 domain, scores pre-scaled by
-// scale * log2 e) holds for all 64 rows of the warpgroup; a row that sees no key of the tile votes
-// skip. A skipped tile runs no exponentials and no P V. The vote unit is therefore 64 query rows x
-// kBlockN keys: the CPU reference with tile_q = 64 and tile_k = kBlockN emulates it exactly.
+// rowmax(S) - max(m_run, rowmax(S)) < ln(lambda) / scale (raw scores; the same test as the
+// reference's in scaled units) holds for all 64 rows of the warpgroup; a row that sees no key of
+// the tile votes skip. A skipped tile runs no exponentials and no P V. The vote unit is therefore
+// 64 query rows x kBlockN keys: the CPU reference with tile_q = 64 and tile_k = kBlockN emulates
+// it exactly, its visit orders included (kv_tile_at mirrors the one of tiling.h).
 #pragma once
 
 #include <cuda_bf16.h>
