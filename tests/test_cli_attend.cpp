@@ -432,3 +432,133 @@ TEST_F(CliAttendTest, FailedOutputWriteRemovesTheStats) {
 
 }  // namespace
 }  // namespace skipsoftmax
+
+namespace skipsoftmax {
+namespace {
+
+// A paged cache for decode: sequence b's tokens scattered over pages in reverse order, unused
+// slots NaN (a read past a sequence poisons the output).
+struct PagedFiles {
+  Args args;
+  DecodeProblem problem;
+  std::vector<float> q, k_pages, v_pages;
+};
+
+class CliDecodeTest : public CliAttendTest {
+ protected:
+  static constexpr int kPage = 16;
+
+  PagedFiles write_paged(const std::vector<std::int64_t>& lens) {
+    PagedFiles f;
+    const Batch b = make_batch(std::vector<std::int64_t>(lens.size(), 1), lens);
+    std::int64_t pages = 0;
+    int max_pages = 0;
+    for (std::int64_t l : lens) {
+      pages += (l + kPage - 1) / kPage;
+      max_pages = std::max<int>(max_pages, static_cast<int>((l + kPage - 1) / kPage));
+    }
+    const std::size_t row = std::size_t(kHkv) * kDim;
+    f.k_pages.assign(pages * kPage * row, std::numeric_limits<float>::quiet_NaN());
+    f.v_pages = f.k_pages;
+    std::vector<std::int64_t> table(lens.size() * max_pages, 0);
+    std::int64_t next = pages - 1;
+    for (std::size_t s = 0; s < lens.size(); ++s) {
+      for (std::int64_t t = 0; t < lens[s]; ++t) {
+        if (t % kPage == 0) table[s * max_pages + t / kPage] = next--;
+        const std::int64_t slot = table[s * max_pages + t / kPage] * kPage + t % kPage;
+        const std::size_t src = (b.cu_k[s] + t) * row;
+        std::copy_n(b.k.begin() + src, row, f.k_pages.begin() + slot * row);
+        std::copy_n(b.v.begin() + src, row, f.v_pages.begin() + slot * row);
+      }
+    }
+    f.q = b.q;
+    const auto batch = static_cast<std::int64_t>(lens.size());
+    f.args.set("--q", write_floats("q.npy", NpyDtype::kF32, {batch, kHq, kDim}, f.q));
+    f.args.set("--k-pages",
+               write_floats("kp.npy", NpyDtype::kF32, {pages, kPage, kHkv, kDim}, f.k_pages));
+    f.args.set("--v-pages",
+               write_floats("vp.npy", NpyDtype::kF32, {pages, kPage, kHkv, kDim}, f.v_pages));
+    write_npy_atomic(path("pt.npy"), make_npy_int(NpyDtype::kI32, {batch, max_pages}, table));
+    f.args.set("--page-table", path("pt.npy"));
+    f.args.set("--seq-lens", write_ints("sl.npy", NpyDtype::kI64, lens));
+    f.args.set("--out", path("O.npy"));
+    f.problem.q = f.q.data();
+    f.problem.kv = {f.k_pages.data(), f.v_pages.data(), pages, kPage, {}, max_pages, lens};
+    f.problem.kv.page_table.assign(table.begin(), table.end());
+    f.problem.num_heads_q = kHq;
+    f.problem.num_heads_kv = kHkv;
+    f.problem.head_dim = kDim;
+    return f;
+  }
+};
+
+TEST_F(CliDecodeTest, PagedDecodeMatchesTheReference) {
+  PagedFiles f = write_paged({700, 33, 250});
+  f.args.set("--threshold", "0.01").set("--tile-k", "32").set("--num-splits", "3");
+  f.args.set("--kv-order", "sink-reverse").set("--stats", path("S.json"));
+  const RunResult r = run(f.args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  ReferenceOptions opt;
+  opt.threshold = Threshold::flat(0.01);
+  opt.tiles = {1, 32, KvOrder::kSinkThenReverse};
+  opt.num_splits = 3;
+  std::vector<double> ref(f.q.size());
+  const AttentionStats expected = reference_decode(f.problem, opt, ref.data());
+  EXPECT_EQ(to_float_vector(read_npy(path("O.npy")), "O.npy"), narrow(ref));
+  EXPECT_GT(expected.tiles_skipped, 0);
+  EXPECT_EQ(expected.nan_rows, 0);  // the NaN slots past each sequence were never read
+  const nlohmann::json stats = read_json_file(path("S.json"));
+  EXPECT_EQ(stats["mode"], "decode");
+  EXPECT_EQ(stats["num_splits"], 3);
+  EXPECT_EQ(stats["page_size"], kPage);
+  EXPECT_EQ(stats["tiles_total"], expected.tiles_total);
+  EXPECT_EQ(stats["tiles_skipped"], expected.tiles_skipped);
+  EXPECT_EQ(stats["sequences"][0]["kv_len"], 700);
+}
+
+TEST_F(CliDecodeTest, BadDecodeInputFailsAndLeavesNoOutput) {
+  struct Case {
+    const char* name;
+    const char* message;
+    std::function<void(CliDecodeTest&, Args&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"missing seq lens", "decode needs all of", [](auto&, auto& a) { a.erase("--seq-lens"); }},
+      {"causal", "--causal and --window do not apply", [](auto&, auto& a) { a.set("--causal"); }},
+      {"tile-q", "--tile-q does not apply", [](auto&, auto& a) { a.set("--tile-q", "16"); }},
+      {"splits", "--num-splits must be positive",
+       [](auto&, auto& a) { a.set("--num-splits", "0"); }},
+      {"cuda", "paged decode kernel is not built yet",
+       [](auto&, auto& a) { a.set("--backend", "cuda"); }},
+      {"page out of range", "outside [0,",
+       [](auto& t, auto& a) {
+         write_npy_atomic(t.path("bad_pt.npy"),
+                          make_npy_int(NpyDtype::kI32, {1, 1}, std::vector<std::int64_t>{99}));
+         a.set("--page-table", t.path("bad_pt.npy"));
+       }},
+      {"page table batch", "the page table is [batch = 1",
+       [](auto& t, auto& a) {
+         write_npy_atomic(t.path("pt2.npy"),
+                          make_npy_int(NpyDtype::kI32, {2, 1}, std::vector<std::int64_t>{0, 0}));
+         a.set("--page-table", t.path("pt2.npy"));
+       }},
+      {"too long", "pages, the page table row holds",
+       [](auto& t, auto& a) {
+         a.set("--seq-lens", t.write_ints("sl2.npy", NpyDtype::kI64, {40}));
+       }},
+  };
+  for (const Case& c : cases) {
+    PagedFiles f = write_paged({10});
+    f.args.set("--stats", path("S.json"));
+    c.edit(*this, f.args);
+    const RunResult r = run(f.args);
+    EXPECT_NE(r.exit_code, 0) << c.name;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.name << ": " << r.output;
+    EXPECT_FALSE(fs::exists(path("O.npy"))) << c.name;
+    EXPECT_FALSE(fs::exists(path("S.json"))) << c.name;
+  }
+}
+
+}  // namespace
+}  // namespace skipsoftmax

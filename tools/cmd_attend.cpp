@@ -40,6 +40,9 @@ constexpr bool kHaveCuda = false;
 struct AttendArgs {
   std::string q, k, v;
   std::string cu_seqlens_q, cu_seqlens_k;  // empty: no ragged batch
+  // Decode over a paged KV cache (instead of --k/--v): one query token per sequence.
+  std::string k_pages, v_pages, page_table, seq_lens;
+  int num_splits = 1;
   bool causal = false;
   std::int64_t window = 0;  // sliding window in keys; 0: none
   std::string scale_table;
@@ -438,7 +441,17 @@ AttentionStats run_cuda(const AttendArgs& a, const Settings& s, const Inputs& in
 }
 #endif
 
+void run_attend_decode(const AttendArgs& a, Settings s);
+
 void run_attend(const AttendArgs& a) {
+  const bool decode =
+      !a.k_pages.empty() || !a.v_pages.empty() || !a.page_table.empty() || !a.seq_lens.empty();
+  if (decode) return run_attend_decode(a, parse_settings(a));
+  if (a.k.empty() || a.v.empty()) {
+    fail(
+        "give --k and --v (prefill), or --k-pages, --v-pages, --page-table and --seq-lens "
+        "(decode)");
+  }
   Settings s = parse_settings(a);
   const Inputs in = load_inputs(a);
   s.options.tiles = parse_tiles(a, in.head_dim);
@@ -477,14 +490,131 @@ void run_attend(const AttendArgs& a) {
       static_cast<long long>(st.nan_rows), elapsed.count());
 }
 
+// ---- decode over a paged KV cache --------------------------------------------------------
+
+// The decode flags that prefill has no use for, and the prefill flags decode has no use for.
+void check_decode_flags(const AttendArgs& a) {
+  if (a.k_pages.empty() || a.v_pages.empty() || a.page_table.empty() || a.seq_lens.empty()) {
+    fail("decode needs all of --k-pages, --v-pages, --page-table and --seq-lens");
+  }
+  if (!a.k.empty() || !a.v.empty()) fail("decode takes --k-pages/--v-pages, not --k/--v");
+  if (!a.cu_seqlens_q.empty()) fail("decode takes --seq-lens, not --cu-seqlens-q/-k");
+  if (a.causal || a.window > 0) {
+    fail("decode attends to the whole cache: --causal and --window do not apply");
+  }
+  if (a.tile_q) fail("decode votes over all query heads of a GQA group: --tile-q does not apply");
+  if (a.num_splits <= 0) fail("--num-splits must be positive, got " + std::to_string(a.num_splits));
+  if (a.backend == "cuda") {
+    fail("decode: the paged decode kernel is not built yet; use --backend cpu");
+  }
+}
+
+std::vector<std::int64_t> read_index_vector(const std::string& path, std::size_t rank,
+                                            const char* what) {
+  const NpyArray array = read_npy(path);
+  if (array.shape.size() != rank) {
+    fail(path + ": " + what + " must be " + std::to_string(rank) + "-D, got shape " +
+         npy_shape_string(array.shape));
+  }
+  return to_int64_vector(array, path);
+}
+
+void run_attend_decode(const AttendArgs& a, Settings s) {
+  check_decode_flags(a);
+  const NpyArray q = read_tensor(a.q), kp = read_npy(a.k_pages), vp = read_npy(a.v_pages);
+  if (q.shape.size() != 3) {
+    fail(a.q + ": decode queries are [batch, Hq, D], got shape " + npy_shape_string(q.shape));
+  }
+  if (kp.shape.size() != 4) {
+    fail(a.k_pages + ": the paged cache is [num_pages, page_size, Hkv, D], got shape " +
+         npy_shape_string(kp.shape));
+  }
+  if (kp.dtype != q.dtype || vp.dtype != q.dtype) {
+    fail(std::string("q and the paged caches must share one dtype, got ") + npy_descr(q.dtype) +
+         ", " + npy_descr(kp.dtype) + ", " + npy_descr(vp.dtype));
+  }
+  if (vp.shape != kp.shape) {
+    fail(a.v_pages + ": shape " + npy_shape_string(vp.shape) + " must equal --k-pages' " +
+         npy_shape_string(kp.shape));
+  }
+  const std::int64_t batch = q.shape[0];
+  if (kp.shape[3] != q.shape[2]) {
+    fail("head_dim mismatch: q has " + std::to_string(q.shape[2]) + ", the caches " +
+         std::to_string(kp.shape[3]));
+  }
+  const std::vector<std::int64_t> seq_lens = read_index_vector(a.seq_lens, 1, "seq_lens");
+  if (static_cast<std::int64_t>(seq_lens.size()) != batch) {
+    fail(a.seq_lens + ": " + std::to_string(seq_lens.size()) + " sequences, q has " +
+         std::to_string(batch));
+  }
+  const NpyArray table_array = read_npy(a.page_table);
+  if (table_array.shape.size() != 2 || table_array.shape[0] != batch) {
+    fail(a.page_table + ": the page table is [batch = " + std::to_string(batch) +
+         ", max_pages], got shape " + npy_shape_string(table_array.shape));
+  }
+  std::vector<std::int32_t> page_table;
+  for (std::int64_t page : to_int64_vector(table_array, a.page_table)) {
+    if (page < std::numeric_limits<std::int32_t>::min() ||
+        page > std::numeric_limits<std::int32_t>::max()) {
+      fail(a.page_table + ": page id " + std::to_string(page) + " does not fit 32 bits");
+    }
+    page_table.push_back(static_cast<std::int32_t>(page));
+  }
+
+  const std::vector<float> qf = to_float_vector(q, a.q), kf = to_float_vector(kp, a.k_pages),
+                           vf = to_float_vector(vp, a.v_pages);
+  DecodeProblem p;
+  p.q = qf.data();
+  p.kv = {kf.data(),   vf.data(),
+          kp.shape[0], small_dim(a.k_pages, "page_size", kp.shape[1]),
+          page_table,  small_dim(a.page_table, "max_pages", table_array.shape[1]),
+          seq_lens};
+  p.num_heads_q = small_dim(a.q, "heads", q.shape[1]);
+  p.num_heads_kv = small_dim(a.k_pages, "heads", kp.shape[2]);
+  p.head_dim = small_dim(a.q, "head_dim", q.shape[2]);
+  p.softmax_scale = a.softmax_scale;
+  const TileShape defaults;
+  s.options.tiles = {1, a.tile_k.value_or(defaults.tile_k), parse_order(a.kv_order)};
+  s.options.num_splits = a.num_splits;
+
+  std::vector<double> out(qf.size());
+  const auto start = std::chrono::steady_clock::now();
+  const AttentionStats st = reference_decode(p, s.options, out.data());
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+
+  nlohmann::json stats = stats_json(a, s, st);
+  stats["mode"] = "decode";
+  stats["kernel"] = "cpu reference";
+  stats["tile_q"] = nullptr;  // the vote's rows are the query heads of a GQA group
+  stats["num_splits"] = a.num_splits;
+  stats["page_size"] = p.kv.page_size;
+  write_results(a, make_npy_float(s.out_dtype.value_or(q.dtype), q.shape, out), stats);
+  std::printf(
+      "cpu decode: %lld sequences, %d split%s, %lld of %lld tiles skipped (sparsity %.2f%%), "
+      "mass share %.3e, %lld NaN rows, %.3f s\n",
+      static_cast<long long>(batch), a.num_splits, a.num_splits == 1 ? "" : "s",
+      static_cast<long long>(st.tiles_skipped), static_cast<long long>(st.tiles_total),
+      100.0 * st.sparsity(), st.mass_share, static_cast<long long>(st.nan_rows), elapsed.count());
+}
+
 void add_attend(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
-      "attend", "Prefill attention with skip-softmax on .npy tensors (CPU reference or GPU)");
+      "attend",
+      "Skip-softmax attention on .npy tensors: prefill (CPU reference or GPU) or paged decode");
   auto a = std::make_shared<AttendArgs>();
-  cmd->add_option("--q", a->q, "Queries [total_q, Hq, D] or [B, Sq, Hq, D], fp16 or fp32")
+  cmd->add_option("--q", a->q,
+                  "Queries [total_q, Hq, D] or [B, Sq, Hq, D] (decode: [B, Hq, D]), fp16 or fp32")
       ->required();
-  cmd->add_option("--k", a->k, "Keys [total_k, Hkv, D] or [B, Sk, Hkv, D]")->required();
-  cmd->add_option("--v", a->v, "Values, shaped like the keys")->required();
+  cmd->add_option("--k", a->k, "Keys [total_k, Hkv, D] or [B, Sk, Hkv, D]");
+  cmd->add_option("--v", a->v, "Values, shaped like the keys");
+  cmd->add_option("--k-pages", a->k_pages,
+                  "Decode: paged key cache [num_pages, page_size, Hkv, D] (instead of --k/--v)");
+  cmd->add_option("--v-pages", a->v_pages, "Decode: paged value cache, shaped like --k-pages");
+  cmd->add_option("--page-table", a->page_table, "Decode: [B, max_pages] page ids (int32/int64)");
+  cmd->add_option("--seq-lens", a->seq_lens, "Decode: [B] cached tokens per sequence");
+  cmd->add_option("--num-splits", a->num_splits,
+                  "Decode: split-KV parts, each with its own running maximum")
+      ->capture_default_str();
   auto* cu_q = cmd->add_option("--cu-seqlens-q", a->cu_seqlens_q, "Query offsets [batch + 1]");
   auto* cu_k = cmd->add_option("--cu-seqlens-k", a->cu_seqlens_k, "KV offsets [batch + 1]");
   cu_q->needs(cu_k);
