@@ -34,8 +34,13 @@ struct ItemStats {
   std::vector<TileRecord> trace;  // filled only when the caller asked for a trace
 };
 
-// Scratch space of one thread, sized for a tile_q x tile_k score block and head_dim.
+// Scratch space of one thread, sized for a rows x tile_k score block and head_dim.
 struct Scratch {
+  Scratch(int rows, int tile_k, int head_dim)
+      : kt(static_cast<std::size_t>(head_dim) * tile_k),
+        vt(static_cast<std::size_t>(tile_k) * head_dim),
+        s(static_cast<std::size_t>(rows) * tile_k),
+        rowmax(rows) {}
   std::vector<double> kt;      // [head_dim][tile_k]: K tile transposed, widened
   std::vector<double> vt;      // [tile_k][head_dim]: V tile, widened
   std::vector<double> s;       // [rows][tile_k]: scores of the tile (-inf where masked)
@@ -375,13 +380,7 @@ AttentionStats prefill_impl(const PrefillProblem& p, const ReferenceOptions& opt
   std::vector<ItemStats> item_stats(items.size());
   std::vector<std::int64_t> item_seq(items.size());
   const int threads = thread_count(opt);
-  std::vector<Scratch> scratch(threads);
-  for (Scratch& sc : scratch) {
-    sc.kt.resize(static_cast<std::size_t>(dim) * tk);
-    sc.vt.resize(static_cast<std::size_t>(tk) * dim);
-    sc.s.resize(static_cast<std::size_t>(tq) * tk);
-    sc.rowmax.resize(tq);
-  }
+  std::vector<Scratch> scratch(threads, Scratch(tq, tk, dim));
 
   parallel_for(static_cast<std::int64_t>(items.size()), threads, [&](std::int64_t i, int tid) {
     const Item& it = items[i];
@@ -460,13 +459,7 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
   std::vector<ItemStats> item_stats(n_items);
   std::vector<std::int64_t> item_seq(n_items);
   const int threads = thread_count(opt);
-  std::vector<Scratch> scratch(threads);
-  for (Scratch& sc : scratch) {
-    sc.kt.resize(static_cast<std::size_t>(dim) * tk);
-    sc.vt.resize(static_cast<std::size_t>(tk) * dim);
-    sc.s.resize(static_cast<std::size_t>(group) * tk);
-    sc.rowmax.resize(group);
-  }
+  std::vector<Scratch> scratch(threads, Scratch(group, tk, dim));
 
   parallel_for(n_items, threads, [&](std::int64_t i, int tid) {
     const std::int64_t b = i / hkv;
