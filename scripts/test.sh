@@ -9,4 +9,9 @@ all_kernels=OFF
 if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then all_kernels=ON; fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSKIPSOFTMAX_ALL_KERNELS=$all_kernels
 cmake --build "$build" -j "$(nproc)"
+# Tests on the real checkpoints run where scripts/fetch-models.sh has put them.
+[[ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ]] &&
+  export SKIPSOFTMAX_SMOLLM2_GGUF=$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf
+[[ -f models/gemma-3-270m-q4_k_m.gguf ]] &&
+  export SKIPSOFTMAX_GEMMA3_GGUF=$PWD/models/gemma-3-270m-q4_k_m.gguf
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
