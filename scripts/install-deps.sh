@@ -11,6 +11,7 @@ packages=(
   libcli11-dev           # 2.1.2
   libgtest-dev           # 1.12.1
   libgmock-dev
+  libicu-dev             # 72: Unicode classes for the tokenizer
 )
 
 missing=()

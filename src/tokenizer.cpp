@@ -1,0 +1,240 @@
+#include "tokenizer.h"
+
+#include <unicode/uchar.h>
+#include <unicode/utf8.h>
+
+#include <array>
+#include <limits>
+#include <stdexcept>
+
+namespace skipsoftmax {
+namespace {
+
+// GPT-2's map from bytes to printable code points: printable Latin-1 bytes stand for themselves,
+// the others take code points from 256 up, in byte order.
+const std::array<std::string, 256>& byte_alphabet() {
+  static const std::array<std::string, 256> table = [] {
+    std::array<std::string, 256> t;
+    int next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+      const UChar32 cp = printable ? b : next++;
+      char buf[4];
+      int len = 0;
+      U8_APPEND_UNSAFE(buf, len, cp);
+      t[b] = std::string(buf, static_cast<std::size_t>(len));
+    }
+    return t;
+  }();
+  return table;
+}
+
+std::string map_bytes(std::string_view raw) {
+  std::string out;
+  for (unsigned char c : raw) out += byte_alphabet()[c];
+  return out;
+}
+
+enum class Kind { kLetter, kNumber, kSpace, kOther };
+
+// One code point of the text with its byte span and class; invalid UTF-8 bytes count as kOther.
+struct CodePoint {
+  std::size_t begin, end;
+  UChar32 cp;
+  Kind kind;
+};
+
+std::vector<CodePoint> code_points(std::string_view text) {
+  std::vector<CodePoint> out;
+  const auto* s = reinterpret_cast<const std::uint8_t*>(text.data());
+  const auto n = static_cast<std::int32_t>(text.size());
+  for (std::int32_t i = 0; i < n;) {
+    const std::int32_t begin = i;
+    UChar32 c;
+    U8_NEXT(s, i, n, c);
+    Kind kind = Kind::kOther;
+    if (c >= 0) {
+      const std::uint32_t mask = U_GET_GC_MASK(c);
+      if (mask & U_GC_L_MASK)
+        kind = Kind::kLetter;
+      else if (mask & U_GC_N_MASK)
+        kind = Kind::kNumber;
+      else if (u_isUWhiteSpace(c))
+        kind = Kind::kSpace;
+    }
+    out.push_back({static_cast<std::size_t>(begin), static_cast<std::size_t>(i), c, kind});
+  }
+  return out;
+}
+
+// GPT-2's pattern over code points [b, e) (a digit-free stretch or a single digit), appending the
+// byte spans of its matches.
+void gpt2_pieces(const std::vector<CodePoint>& cps, std::size_t b, std::size_t e,
+                 std::vector<std::pair<std::size_t, std::size_t>>& out) {
+  const auto run = [&](std::size_t i, Kind kind) {
+    while (i < e && cps[i].kind == kind) ++i;
+    return i;
+  };
+  std::size_t i = b;
+  while (i < e) {
+    std::size_t j = i;
+    // 's|'t|'re|'ve|'m|'ll|'d
+    if (cps[i].cp == '\'' && i + 1 < e) {
+      const UChar32 c1 = cps[i + 1].cp, c2 = i + 2 < e ? cps[i + 2].cp : 0;
+      if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd')
+        j = i + 2;
+      else if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l'))
+        j = i + 3;
+    }
+    if (j == i) {
+      // An optional single space before a letter, number or other run.
+      const std::size_t k = cps[i].cp == ' ' && i + 1 < e ? i + 1 : i;
+      if (cps[k].kind == Kind::kLetter || cps[k].kind == Kind::kNumber) {
+        j = run(k, cps[k].kind);
+      } else if (cps[k].kind == Kind::kOther) {
+        j = run(k, Kind::kOther);
+      }
+    }
+    if (j == i) {
+      // \s+(?!\S) or \s+: a whitespace run; before a non-space its last character is left for the
+      // next piece (unless the run is that one character).
+      j = run(i, Kind::kSpace);
+      if (j < e && j - i > 1) --j;
+    }
+    out.emplace_back(cps[i].begin, cps[j - 1].end);
+    i = j;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> BpeTokenizer::pre_tokenize(std::string_view text) {
+  const std::vector<CodePoint> cps = code_points(text);
+  std::vector<std::pair<std::size_t, std::size_t>> spans;
+  // Digits one by one (HF's Digits(individual_digits)), the stretches between them by GPT-2's rule.
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= cps.size(); ++i) {
+    if (i == cps.size() || cps[i].kind == Kind::kNumber) {
+      gpt2_pieces(cps, start, i, spans);
+      if (i < cps.size()) spans.emplace_back(cps[i].begin, cps[i].end);
+      start = i + 1;
+    }
+  }
+  std::vector<std::string> pieces;
+  for (const auto& [b, e] : spans) pieces.push_back(map_bytes(text.substr(b, e - b)));
+  return pieces;
+}
+
+BpeTokenizer BpeTokenizer::from_gguf(const gguf::File& file) {
+  const std::string model = file.string("tokenizer.ggml.model");
+  if (model != "gpt2") {
+    throw std::runtime_error("tokenizer.ggml.model is '" + model +
+                             "': only byte-level BPE ('gpt2') is implemented");
+  }
+  BpeTokenizer t;
+  t.tokens_ = file.strings("tokenizer.ggml.tokens");
+  if (t.tokens_.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    throw std::runtime_error("tokenizer.ggml.tokens: too many tokens");
+  }
+  for (std::size_t i = 0; i < t.tokens_.size(); ++i) {
+    t.ids_.emplace(t.tokens_[i], static_cast<std::int32_t>(i));
+  }
+  const std::vector<std::string>& merges = file.strings("tokenizer.ggml.merges");
+  for (std::size_t r = 0; r < merges.size(); ++r) {
+    if (merges[r].find(' ') == std::string::npos) {
+      throw std::runtime_error("tokenizer.ggml.merges[" + std::to_string(r) + "] '" + merges[r] +
+                               "' is not 'left right'");
+    }
+    t.merge_rank_.emplace(merges[r], static_cast<std::int32_t>(r));
+  }
+  // Vocabularies may lack the symbols of bytes that never occur in text (SmolLM2 lacks some
+  // control bytes): such a byte encodes as the unknown token.
+  if (file.find("tokenizer.ggml.unknown_token_id")) {
+    t.unk_ = static_cast<std::int32_t>(file.integer("tokenizer.ggml.unknown_token_id"));
+  }
+  t.bos_ = static_cast<std::int32_t>(file.integer("tokenizer.ggml.bos_token_id"));
+  t.eos_ = static_cast<std::int32_t>(file.integer("tokenizer.ggml.eos_token_id"));
+  return t;
+}
+
+std::vector<std::int32_t> BpeTokenizer::encode_piece(const std::string& mapped) const {
+  if (const auto it = ids_.find(mapped); it != ids_.end()) return {it->second};
+  // Symbols: the piece's code points; merge the lowest-ranked adjacent pair until none is known.
+  std::vector<std::string> symbols;
+  const auto* s = reinterpret_cast<const std::uint8_t*>(mapped.data());
+  const auto n = static_cast<std::int32_t>(mapped.size());
+  for (std::int32_t i = 0; i < n;) {
+    const std::int32_t b = i;
+    U8_FWD_1(s, i, n);
+    symbols.emplace_back(
+        mapped.substr(static_cast<std::size_t>(b), static_cast<std::size_t>(i - b)));
+  }
+  while (symbols.size() > 1) {
+    std::int32_t best = std::numeric_limits<std::int32_t>::max();
+    std::size_t at = 0;
+    for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
+      const auto it = merge_rank_.find(symbols[i] + " " + symbols[i + 1]);
+      if (it != merge_rank_.end() && it->second < best) {
+        best = it->second;
+        at = i;
+      }
+    }
+    if (best == std::numeric_limits<std::int32_t>::max()) break;
+    symbols[at] += symbols[at + 1];
+    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+  }
+  std::vector<std::int32_t> ids;
+  for (const std::string& sym : symbols) {
+    const auto it = ids_.find(sym);
+    if (it != ids_.end()) {
+      ids.push_back(it->second);
+    } else if (unk_ >= 0) {
+      ids.push_back(unk_);
+    } else {
+      throw std::runtime_error("the vocabulary has no token for '" + sym +
+                               "' and no unknown token");
+    }
+  }
+  return ids;
+}
+
+std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
+  std::vector<std::int32_t> ids;
+  for (const std::string& piece : pre_tokenize(text)) {
+    const std::vector<std::int32_t> p = encode_piece(piece);
+    ids.insert(ids.end(), p.begin(), p.end());
+  }
+  return ids;
+}
+
+std::string BpeTokenizer::decode(const std::vector<std::int32_t>& ids) const {
+  static const std::unordered_map<std::string, char> to_byte = [] {
+    std::unordered_map<std::string, char> m;
+    for (int b = 0; b < 256; ++b) m.emplace(byte_alphabet()[b], static_cast<char>(b));
+    return m;
+  }();
+  std::string out;
+  for (std::int32_t id : ids) {
+    if (id < 0 || static_cast<std::size_t>(id) >= tokens_.size()) {
+      throw std::runtime_error("token id " + std::to_string(id) + " is outside the vocabulary");
+    }
+    const std::string& tok = tokens_[static_cast<std::size_t>(id)];
+    const auto* s = reinterpret_cast<const std::uint8_t*>(tok.data());
+    const auto n = static_cast<std::int32_t>(tok.size());
+    for (std::int32_t i = 0; i < n;) {
+      const std::int32_t b = i;
+      U8_FWD_1(s, i, n);
+      const auto it =
+          to_byte.find(tok.substr(static_cast<std::size_t>(b), static_cast<std::size_t>(i - b)));
+      if (it != to_byte.end()) {
+        out += it->second;
+      } else {
+        out.append(tok, static_cast<std::size_t>(b),
+                   static_cast<std::size_t>(i - b));  // special token text
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace skipsoftmax
