@@ -2,6 +2,7 @@
 // implementation (tests/data/gguf_dequant_vectors.json).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "file_io.h"
 #include "gguf.h"
+#include "model_config.h"
 #include "test_util.h"
 
 namespace skipsoftmax::gguf {
@@ -144,6 +146,12 @@ TEST_F(GgufFile, ReadsMetadataAndTensors) {
   EXPECT_ERROR_HAS(f.string("nope"), "no metadata key nope");
 }
 
+TEST_F(GgufFile, ModelConfigNamesWhatIsMissing) {
+  small_model().save(dir_ / "m.gguf");
+  EXPECT_ERROR_HAS(read_model_config(File::open(dir_ / "m.gguf")),
+                   "no metadata key llama.embedding_length");
+}
+
 TEST_F(GgufFile, BadFilesAreNamedErrors) {
   EXPECT_ERROR_HAS(File::open(dir_ / "absent.gguf"), "absent.gguf: no such file");
   Writer bad_magic;
@@ -174,6 +182,16 @@ TEST(GgufGemma3, HasTheExpectedShape) {
   EXPECT_EQ(f.integer("gemma3.attention.head_count_kv"), 1);
   EXPECT_EQ(f.integer("gemma3.attention.key_length"), 256);
   EXPECT_EQ(f.integer("gemma3.attention.sliding_window"), 512);
+  const ModelConfig c = read_model_config(f);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.heads_q, 4);
+  EXPECT_EQ(c.sliding_window, 512);
+  EXPECT_DOUBLE_EQ(c.rope_base, 1e6);
+  EXPECT_DOUBLE_EQ(c.rope_base_local, 1e4);
+  EXPECT_TRUE(c.is_local(0));
+  EXPECT_FALSE(c.is_local(5));
+  EXPECT_FALSE(c.is_local(17));
+  EXPECT_EQ(std::count(c.local_layer.begin(), c.local_layer.end(), false), 3);
   std::size_t finite = 0, total = 0;
   for (const TensorInfo& t : f.tensors()) {  // every type of the file dequantizes to finite values
     for (float x : f.read_floats(t)) {
@@ -194,6 +212,15 @@ TEST(GgufSmolLM2, HasTheExpectedShape) {
   EXPECT_EQ(f.integer("llama.attention.head_count_kv"), 3);
   EXPECT_EQ(f.integer("llama.embedding_length"), 576);
   EXPECT_EQ(f.tensors().size(), 272u);
+  const ModelConfig c = read_model_config(f);
+  EXPECT_EQ(c.heads_q, 9);
+  EXPECT_EQ(c.heads_kv, 3);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.vocab, 49152);
+  EXPECT_EQ(c.context_length, 8192);
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_DOUBLE_EQ(c.rope_base, 1e5);
+  EXPECT_DOUBLE_EQ(c.attention_scale, 0.125);
   const std::vector<float> norm = f.read_floats(f.tensor("blk.0.attn_norm.weight"));
   for (float x : norm) ASSERT_TRUE(std::isfinite(x));
   const std::vector<float> up = f.read_floats(f.tensor("blk.0.ffn_up.weight"));  // Q4_1
