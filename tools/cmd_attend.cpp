@@ -16,7 +16,7 @@
 #include <system_error>
 #include <vector>
 
-#include "bf16.h"
+#include "bits16.h"
 #include "commands.h"
 #include "file_io.h"
 #include "npy.h"
@@ -364,14 +364,6 @@ AttentionStats run_cpu(const AttendArgs& a, const Settings& s, const Inputs& in,
 }
 
 #if SKIPSOFTMAX_HAVE_CUDA
-std::vector<std::uint16_t> to_bits(const std::vector<float>& x, DType t) {
-  std::vector<std::uint16_t> bits(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    bits[i] = t == DType::kBF16 ? float_to_bf16(x[i]) : float_to_half(x[i]);
-  }
-  return bits;
-}
-
 std::vector<std::int32_t> to_int32(const std::vector<std::int64_t>& cu) {
   std::vector<std::int32_t> out;
   for (std::int64_t x : cu) {
@@ -410,10 +402,7 @@ AttentionStats run_cuda(const AttendArgs& a, const Settings& s, const Inputs& in
       run_prefill_host(args, to_bits(in.q, dtype), to_bits(in.k, dtype), to_bits(in.v, dtype),
                        to_int32(in.cu_q), to_int32(in.cu_k));
   kernel = r.kernel;
-  out.resize(r.out.size());
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    out[i] = dtype == DType::kBF16 ? bf16_to_float(r.out[i]) : half_to_float(r.out[i]);
-  }
+  out = from_bits(r.out, dtype);
   AttentionStats st;
   for (int b = 0; b < args.batch; ++b) {
     SequenceStats q;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "bf16.h"
+#include "bits16.h"
 #include "commands.h"
 #include "skipsoftmax/prefill.h"
 #include "skipsoftmax/reference.h"
@@ -163,12 +163,8 @@ void run_gpu_demo(const DemoArgs& a, KvOrder order) {
   const TileShape tiles = prefill_vote_tiles(in.head_dim, order);
   std::printf("vote tiles %dx%d (one consumer warpgroup x one KV tile)\n", tiles.tile_q,
               tiles.tile_k);
-  const auto bits = [](const std::vector<float>& x) {
-    std::vector<std::uint16_t> b(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) b[i] = float_to_bf16(x[i]);
-    return b;
-  };
-  const std::vector<std::uint16_t> q = bits(in.q), k = bits(in.k), v = bits(in.v);
+  const std::vector<std::uint16_t> q = to_bits(in.q, DType::kBF16), k = to_bits(in.k, DType::kBF16),
+                                   v = to_bits(in.v, DType::kBF16);
   std::vector<std::int32_t> cu(in.problem.cu_seqlens_q.begin(), in.problem.cu_seqlens_q.end());
   PrefillArguments args;
   args.dtype = DType::kBF16;
@@ -188,11 +184,8 @@ void run_gpu_demo(const DemoArgs& a, KvOrder order) {
   };
   const HostPrefillResult dense = run(Threshold::dense());
   const HostPrefillResult skip = run(threshold);
-  std::vector<double> d(dense.out.size()), s(skip.out.size());
-  for (std::size_t i = 0; i < d.size(); ++i) {
-    d[i] = bf16_to_float(dense.out[i]);
-    s[i] = bf16_to_float(skip.out[i]);
-  }
+  const std::vector<double> d = from_bits(dense.out, DType::kBF16),
+                            s = from_bits(skip.out, DType::kBF16);
   unsigned long long visited = 0, skipped = 0;
   for (int b = 0; b < in.batch; ++b) {
     visited += skip.stats[2 * b];

@@ -8,8 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "bf16.h"
-#include "npy.h"
+#include "bits16.h"
 #include "skipsoftmax/prefill.h"
 #include "skipsoftmax/reference.h"
 #include "synthetic.h"
@@ -49,12 +48,6 @@ class DeviceBuffer {
   std::size_t bytes_;
 };
 
-inline std::uint16_t to_bits(float x, DType t) {
-  return t == DType::kBF16 ? float_to_bf16(x) : float_to_half(x);
-}
-inline float from_bits(std::uint16_t b, DType t) {
-  return t == DType::kBF16 ? bf16_to_float(b) : half_to_float(b);
-}
 inline std::uint16_t nan_bits(DType t) { return t == DType::kBF16 ? 0x7fc0 : 0x7e00; }
 
 // A ragged batch: each sequence is a synthetic real-structure sequence of kv_len tokens whose
