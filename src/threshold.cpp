@@ -122,6 +122,10 @@ KernelChoice choose_prefill_kernel(const Threshold& threshold, std::int64_t max_
   return max_kv_len < first ? KernelChoice::kDense : KernelChoice::kSkip;
 }
 
+KernelChoice choose_decode_kernel(const Threshold& threshold, std::int64_t max_kv_len) {
+  return choose_prefill_kernel(threshold, max_kv_len, false);
+}
+
 const char* to_string(KernelChoice choice) {
   return choice == KernelChoice::kDense ? "dense" : "skip";
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "skipsoftmax/paged_kv.h"
 #include "skipsoftmax/threshold.h"
 #include "skipsoftmax/tiling.h"
 
@@ -24,8 +25,8 @@ struct PrefillArguments {
   DType dtype = DType::kBF16;
   int head_dim = 128;                          // 64, 128 or 256
   const void* q = nullptr;                     // [total_q, num_heads_q, head_dim]
-  const void* k = nullptr;                     // [total_k, num_heads_kv, head_dim]
-  const void* v = nullptr;                     // [total_k, num_heads_kv, head_dim]
+  const void* k = nullptr;                     // [total_k, num_heads_kv, head_dim]; unused if paged
+  const void* v = nullptr;                     // [total_k, num_heads_kv, head_dim]; unused if paged
   void* out = nullptr;                         // [total_q, num_heads_q, head_dim]
   const std::int32_t* cu_seqlens_q = nullptr;  // device, [batch + 1]
   const std::int32_t* cu_seqlens_k = nullptr;  // device, [batch + 1]
@@ -38,6 +39,14 @@ struct PrefillArguments {
   int num_heads_q = 0;
   int num_heads_kv = 0;
   bool causal = true;                   // bottom-right aligned
+  // Sliding window (local layers such as Gemma 3's): query at position p sees keys
+  // [p - window + 1, p]. Needs causal; 0: none. The dense kernel runs windowed launches: skipping
+  // is not applied to local layers.
+  int window = 0;
+  // Chunked prefill over a paged KV cache: when paged_kv.k_pages is set, K and V of every
+  // sequence (its history followed by this chunk, already appended by the caller) are read from
+  // the pages, and cu_seqlens_k still gives each sequence's KV length as prefix sums.
+  PagedKv paged_kv;
   std::optional<double> softmax_scale;  // default 1 / sqrt(head_dim)
   Threshold threshold;                  // dense, per-length table or flat lambda
   KvOrder kv_order = KvOrder::kSinkThenReverse;

@@ -81,6 +81,10 @@ enum class KernelChoice { kDense, kSkip };
 KernelChoice choose_prefill_kernel(const Threshold& threshold, std::int64_t max_kv_len,
                                    bool has_kv_history);
 
+// Host dispatch for one decode launch: the dense kernel when no sequence of the batch reaches the
+// first skippable length, else the skip kernel (each sequence guards itself on the device).
+KernelChoice choose_decode_kernel(const Threshold& threshold, std::int64_t max_kv_len);
+
 const char* to_string(KernelChoice choice);
 
 }  // namespace skipsoftmax

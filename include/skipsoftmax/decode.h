@@ -1,0 +1,58 @@
+// Hopper paged decode attention: one new query token per sequence against its paged KV cache.
+// A dense kernel and its skip-softmax twin, compiled apart, chosen by choose_decode_kernel().
+//
+// Every query head of a GQA group is processed by the same CTA, so each K/V byte is read once.
+// Long contexts are cut into num_splits contiguous ranges of KV tiles (split_tile_range of
+// tiling.h), each with its own running maximum and its own votes, merged by a combine kernel by
+// log-sum-exp; the CPU reference's reference_decode with the same tile_k and num_splits makes
+// exactly the same skip decisions. A skipped tile's V is never loaded.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "skipsoftmax/paged_kv.h"
+#include "skipsoftmax/prefill.h"
+#include "skipsoftmax/threshold.h"
+
+namespace skipsoftmax {
+
+struct DecodeArguments {
+  DType dtype = DType::kBF16;
+  int head_dim = 128;                  // 64, 128 or 256
+  const void* q = nullptr;             // device, [batch, num_heads_q, head_dim]
+  void* out = nullptr;                 // device, [batch, num_heads_q, head_dim]
+  PagedKv kv;                          // the cache, already holding the new token's K and V
+  const std::int32_t* seq_lens = nullptr;  // device, [batch]: cached tokens, the new one included
+  int batch = 0;
+  int max_seq_len = 0;  // the longest seq_lens entry: sizes the split and drives the dispatch
+  int num_heads_q = 0;
+  int num_heads_kv = 0;
+  std::optional<double> softmax_scale;  // default 1 / sqrt(head_dim)
+  Threshold threshold;                  // the decode table (dense, per-length table or flat)
+  int num_splits = 0;                   // 0: chosen from batch, heads and max_seq_len
+  // Skip kernel only: [batch][2] tiles visited and skipped per sequence, accumulated.
+  unsigned long long* stats = nullptr;
+  std::optional<KernelChoice> force_kernel;
+};
+
+// Keys per KV tile of the decode kernels: the vote unit is (GQA group, split, tile of this many
+// keys); reference_decode reproduces the decisions with TileShape{.tile_k = decode_tile_k(d)}
+// in forward order.
+int decode_tile_k(int head_dim);
+
+// The number of splits run_decode uses for these arguments (resolves num_splits = 0).
+int decode_num_splits(const DecodeArguments& args);
+
+// Empty when the kernels can run these arguments; else the reason.
+std::string can_implement(const DecodeArguments& args);
+
+// Bytes of device workspace (split partial outputs and log-sum-exps) run_decode needs.
+std::size_t decode_workspace_size(const DecodeArguments& args);
+
+// Launches the decode (and combine) kernels on `stream`. Throws std::invalid_argument when
+// can_implement fails, std::runtime_error on a CUDA error. Returns the kernel family launched.
+KernelChoice run_decode(const DecodeArguments& args, void* workspace, void* stream);
+
+}  // namespace skipsoftmax
