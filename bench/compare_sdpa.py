@@ -37,6 +37,9 @@ class PrefillArgs(ctypes.Structure):
         ("table_rows", ctypes.c_int), ("table_bins", ctypes.c_void_p),
         ("table_scales", ctypes.c_void_p), ("flat_lambda", ctypes.c_double),
         ("stats", ctypes.c_void_p), ("force_kernel", ctypes.c_int),
+        ("window", ctypes.c_int), ("k_pages", ctypes.c_void_p), ("v_pages", ctypes.c_void_p),
+        ("num_pages", ctypes.c_int64), ("page_size", ctypes.c_int),
+        ("page_table", ctypes.c_void_p), ("max_pages_per_seq", ctypes.c_int),
     ]
 
 

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "skipsoftmax/decode.h"
 #include "skipsoftmax/prefill.h"
 
 namespace {
@@ -18,14 +20,82 @@ void set_error(char* error, int error_len, const std::string& message) {
   error[n] = '\0';
 }
 
-skipsoftmax::Threshold threshold_of(const skipsoftmax_prefill_args& a) {
+template <typename Args>
+skipsoftmax::Threshold threshold_of(const Args& a) {
   if (a.table_rows <= 0) return skipsoftmax::Threshold::flat(a.flat_lambda);
   std::vector<skipsoftmax::ScaleTableRow> rows;
   for (int i = 0; i < a.table_rows; ++i) rows.push_back({a.table_bins[i], a.table_scales[i]});
   return skipsoftmax::Threshold::table(skipsoftmax::ScaleTable(std::move(rows)));
 }
 
+template <typename Args>
+std::optional<skipsoftmax::KernelChoice> forced(const Args& a) {
+  if (a.force_kernel == SKIPSOFTMAX_DENSE) return skipsoftmax::KernelChoice::kDense;
+  if (a.force_kernel == SKIPSOFTMAX_SKIP) return skipsoftmax::KernelChoice::kSkip;
+  return std::nullopt;
+}
+
+skipsoftmax::DType dtype_of(int dtype) {
+  if (dtype != SKIPSOFTMAX_BF16 && dtype != SKIPSOFTMAX_FP16) {
+    throw std::invalid_argument("dtype must be SKIPSOFTMAX_FP16 or SKIPSOFTMAX_BF16");
+  }
+  return dtype == SKIPSOFTMAX_BF16 ? skipsoftmax::DType::kBF16 : skipsoftmax::DType::kF16;
+}
+
+skipsoftmax::DecodeArguments decode_arguments(const skipsoftmax_decode_args* args) {
+  if (args == nullptr) throw std::invalid_argument("args is NULL");
+  const skipsoftmax_decode_args& a = *args;
+  skipsoftmax::DecodeArguments d;
+  d.dtype = dtype_of(a.dtype);
+  d.head_dim = a.head_dim;
+  d.q = a.q;
+  d.out = a.out;
+  d.kv = {a.k_pages, a.v_pages, a.num_pages, a.page_size, a.page_table, a.max_pages_per_seq};
+  d.seq_lens = a.seq_lens;
+  d.batch = a.batch;
+  d.max_seq_len = a.max_seq_len;
+  d.num_heads_q = a.num_heads_q;
+  d.num_heads_kv = a.num_heads_kv;
+  if (a.softmax_scale > 0) d.softmax_scale = a.softmax_scale;
+  d.threshold = threshold_of(a);
+  d.num_splits = a.num_splits;
+  d.stats = a.stats;
+  d.force_kernel = forced(a);
+  return d;
+}
+
+int kernel_code(skipsoftmax::KernelChoice choice) {
+  return choice == skipsoftmax::KernelChoice::kSkip ? SKIPSOFTMAX_SKIP : SKIPSOFTMAX_DENSE;
+}
+
 }  // namespace
+
+extern "C" int skipsoftmax_decode(const skipsoftmax_decode_args* args, void* stream, char* error,
+                                  int error_len) {
+  try {
+    const skipsoftmax::DecodeArguments d = decode_arguments(args);
+    return kernel_code(skipsoftmax::run_decode(d, args->workspace, stream));
+  } catch (const std::exception& e) {
+    set_error(error, error_len, e.what());
+    return -1;
+  }
+}
+
+extern "C" int64_t skipsoftmax_decode_workspace_size(const skipsoftmax_decode_args* args,
+                                                     int* num_splits, char* error,
+                                                     int error_len) {
+  try {
+    const skipsoftmax::DecodeArguments d = decode_arguments(args);
+    if (const std::string why = skipsoftmax::can_implement(d); !why.empty()) {
+      throw std::invalid_argument("decode: " + why);
+    }
+    if (num_splits != nullptr) *num_splits = skipsoftmax::decode_num_splits(d);
+    return static_cast<int64_t>(skipsoftmax::decode_workspace_size(d));
+  } catch (const std::exception& e) {
+    set_error(error, error_len, e.what());
+    return -1;
+  }
+}
 
 extern "C" int skipsoftmax_prefill(const skipsoftmax_prefill_args* args, void* stream, char* error,
                                    int error_len) {
@@ -34,7 +104,7 @@ extern "C" int skipsoftmax_prefill(const skipsoftmax_prefill_args* args, void* s
     const skipsoftmax_prefill_args& a = *args;
     if (a.kv_order < 0 || a.kv_order > 2) throw std::invalid_argument("kv_order must be 0, 1 or 2");
     skipsoftmax::PrefillArguments p;
-    p.dtype = a.dtype == SKIPSOFTMAX_BF16 ? skipsoftmax::DType::kBF16 : skipsoftmax::DType::kF16;
+    p.dtype = dtype_of(a.dtype);
     p.head_dim = a.head_dim;
     p.q = a.q;
     p.k = a.k;
@@ -55,10 +125,11 @@ extern "C" int skipsoftmax_prefill(const skipsoftmax_prefill_args* args, void* s
     p.threshold = threshold_of(a);
     p.kv_order = static_cast<skipsoftmax::KvOrder>(a.kv_order);
     p.stats = a.stats;
-    if (a.force_kernel == SKIPSOFTMAX_DENSE) p.force_kernel = skipsoftmax::KernelChoice::kDense;
-    if (a.force_kernel == SKIPSOFTMAX_SKIP) p.force_kernel = skipsoftmax::KernelChoice::kSkip;
-    const auto choice = skipsoftmax::run_prefill(p, nullptr, stream);
-    return choice == skipsoftmax::KernelChoice::kSkip ? SKIPSOFTMAX_SKIP : SKIPSOFTMAX_DENSE;
+    p.force_kernel = forced(a);
+    p.window = a.window;
+    p.paged_kv = {a.k_pages, a.v_pages, a.num_pages, a.page_size, a.page_table,
+                  a.max_pages_per_seq};
+    return kernel_code(skipsoftmax::run_prefill(p, nullptr, stream));
   } catch (const std::exception& e) {
     set_error(error, error_len, e.what());
     return -1;

@@ -529,8 +529,10 @@ TEST_F(CliDecodeTest, BadDecodeInputFailsAndLeavesNoOutput) {
       {"tile-q", "--tile-q does not apply", [](auto&, auto& a) { a.set("--tile-q", "16"); }},
       {"splits", "--num-splits must be positive",
        [](auto&, auto& a) { a.set("--num-splits", "0"); }},
-      {"cuda", "paged decode kernel is not built yet",
-       [](auto&, auto& a) { a.set("--backend", "cuda"); }},
+      {"cuda tile-k", "--backend cuda decodes with tiles of 64 keys",
+       [](auto&, auto& a) { a.set("--backend", "cuda").set("--tile-k", "128"); }},
+      {"cuda order", "--backend cuda decodes in forward order",
+       [](auto&, auto& a) { a.set("--backend", "cuda").set("--kv-order", "reverse"); }},
       {"page out of range", "outside [0,",
        [](auto& t, auto& a) {
          write_npy_atomic(t.path("bad_pt.npy"),

@@ -20,6 +20,7 @@
 #include "commands.h"
 #include "file_io.h"
 #include "npy.h"
+#include "skipsoftmax/decode.h"
 #include "skipsoftmax/prefill.h"
 #include "skipsoftmax/reference.h"
 #include "skipsoftmax/threshold.h"
@@ -135,9 +136,6 @@ Settings parse_settings(const AttendArgs& a) {
   }
   if (a.window < 0) fail("--window must be >= 0 (0: none), got " + std::to_string(a.window));
   if (a.window > 0 && !a.causal) fail("--window needs --causal (a sliding window looks back)");
-  if (a.window > 0 && a.backend == "cuda") {
-    fail("--window: the GPU kernels have no sliding window yet; use --backend cpu");
-  }
   if (!a.cuda_dtype.empty() && a.cuda_dtype != "fp16" && a.cuda_dtype != "bf16") {
     fail("unknown --cuda-dtype '" + a.cuda_dtype + "' (valid: fp16, bf16)");
   }
@@ -398,6 +396,7 @@ AttentionStats run_cuda(const AttendArgs& a, const Settings& s, const Inputs& in
   args.softmax_scale = a.softmax_scale;
   args.threshold = s.options.threshold;
   args.kv_order = s.options.tiles.order;
+  args.window = static_cast<int>(a.window);
   const HostPrefillResult r =
       run_prefill_host(args, to_bits(in.q, dtype), to_bits(in.k, dtype), to_bits(in.v, dtype),
                        to_int32(in.cu_q), to_int32(in.cu_k));
@@ -494,7 +493,13 @@ void check_decode_flags(const AttendArgs& a) {
   if (a.tile_q) fail("decode votes over all query heads of a GQA group: --tile-q does not apply");
   if (a.num_splits <= 0) fail("--num-splits must be positive, got " + std::to_string(a.num_splits));
   if (a.backend == "cuda") {
-    fail("decode: the paged decode kernel is not built yet; use --backend cpu");
+    if (a.tile_k && *a.tile_k != decode_tile_k(0)) {
+      fail("--backend cuda decodes with tiles of " + std::to_string(decode_tile_k(0)) +
+           " keys; drop --tile-k or give that value");
+    }
+    if (parse_order(a.kv_order) != KvOrder::kForward) {
+      fail("--backend cuda decodes in forward order; drop --kv-order or give forward");
+    }
   }
 }
 
@@ -507,6 +512,70 @@ std::vector<std::int64_t> read_index_vector(const std::string& path, std::size_t
   }
   return to_int64_vector(array, path);
 }
+
+#if SKIPSOFTMAX_HAVE_CUDA
+// The paged decode kernels on the same inputs; tile counts come from the GPU.
+AttentionStats run_cuda_decode(const AttendArgs& a, const Settings& s, const NpyArray& q,
+                               const DecodeProblem& p, std::vector<double>& out,
+                               KernelChoice& kernel) {
+  validate(p);  // page ids, lengths and shapes, with the reference's messages
+  const DType dtype = !a.cuda_dtype.empty()
+                          ? (a.cuda_dtype == "bf16" ? DType::kBF16 : DType::kF16)
+                          : (q.dtype == NpyDtype::kF16 ? DType::kF16 : DType::kBF16);
+  const std::size_t kv_count = static_cast<std::size_t>(p.kv.num_pages) * p.kv.page_size *
+                               p.num_heads_kv * p.head_dim;
+  const std::vector<float> qf(p.q, p.q + out.size());
+  const std::vector<float> kf(p.kv.k_pages, p.kv.k_pages + kv_count);
+  const std::vector<float> vf(p.kv.v_pages, p.kv.v_pages + kv_count);
+  DecodeArguments args;
+  args.dtype = dtype;
+  args.head_dim = p.head_dim;
+  args.batch = static_cast<int>(p.kv.seq_lens.size());
+  std::vector<std::int32_t> lens;
+  for (std::int64_t len : p.kv.seq_lens) {
+    if (len <= 0 || len >= (std::int64_t{1} << 31)) fail("--seq-lens: lengths must lie in [1, 2^31)");
+    lens.push_back(static_cast<std::int32_t>(len));
+    args.max_seq_len = std::max(args.max_seq_len, lens.back());
+  }
+  args.num_heads_q = p.num_heads_q;
+  args.num_heads_kv = p.num_heads_kv;
+  args.kv.num_pages = p.kv.num_pages;
+  args.kv.page_size = p.kv.page_size;
+  args.kv.max_pages_per_seq = p.kv.max_pages_per_seq;
+  args.softmax_scale = a.softmax_scale;
+  args.threshold = s.options.threshold;
+  args.num_splits = a.num_splits;
+  const HostDecodeResult r = run_decode_host(args, to_bits(qf, dtype), to_bits(kf, dtype),
+                                             to_bits(vf, dtype), p.kv.page_table, lens);
+  kernel = r.kernel;
+  const std::vector<double> values = from_bits(r.out, dtype);
+  out.assign(values.begin(), values.end());
+  AttentionStats st;
+  for (int b = 0; b < args.batch; ++b) {
+    SequenceStats seq;
+    seq.q_len = 1;
+    seq.kv_len = lens[b];
+    seq.lambda = s.options.threshold.lambda_for(seq.kv_len);
+    if (r.kernel == KernelChoice::kSkip) {
+      seq.tiles_total = static_cast<std::int64_t>(r.stats[2 * b]);
+      seq.tiles_skipped = static_cast<std::int64_t>(r.stats[2 * b + 1]);
+    }
+    for (std::int64_t h = 0; h < p.num_heads_q; ++h) {
+      for (int d = 0; d < p.head_dim; ++d) {
+        if (std::isnan(out[(b * p.num_heads_q + h) * p.head_dim + d])) {
+          ++seq.nan_rows;
+          break;
+        }
+      }
+    }
+    st.tiles_total += seq.tiles_total;
+    st.tiles_skipped += seq.tiles_skipped;
+    st.nan_rows += seq.nan_rows;
+    st.sequences.push_back(seq);
+  }
+  return st;
+}
+#endif
 
 void run_attend_decode(const AttendArgs& a, Settings s) {
   check_decode_flags(a);
@@ -563,27 +632,46 @@ void run_attend_decode(const AttendArgs& a, Settings s) {
   p.head_dim = small_dim(a.q, "head_dim", q.shape[2]);
   p.softmax_scale = a.softmax_scale;
   const TileShape defaults;
-  s.options.tiles = {1, a.tile_k.value_or(defaults.tile_k), parse_order(a.kv_order)};
+  const int default_tile_k = a.backend == "cuda" ? decode_tile_k(p.head_dim) : defaults.tile_k;
+  s.options.tiles = {1, a.tile_k.value_or(default_tile_k), parse_order(a.kv_order)};
   s.options.num_splits = a.num_splits;
 
   std::vector<double> out(qf.size());
   const auto start = std::chrono::steady_clock::now();
-  const AttentionStats st = reference_decode(p, s.options, out.data());
+  AttentionStats st;
+  std::string kernel = "cpu reference";
+#if SKIPSOFTMAX_HAVE_CUDA
+  if (a.backend == "cuda") {
+    KernelChoice choice{};
+    st = run_cuda_decode(a, s, q, p, out, choice);
+    kernel = std::string(to_string(choice)) + " kernel";
+  } else {
+    st = reference_decode(p, s.options, out.data());
+  }
+#else
+  st = reference_decode(p, s.options, out.data());
+#endif
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
 
   nlohmann::json stats = stats_json(a, s, st);
   stats["mode"] = "decode";
-  stats["kernel"] = "cpu reference";
+  stats["kernel"] = kernel;
+  if (a.backend == "cuda") {
+    stats["mass_share"] = nullptr;
+    for (auto& seq : stats["sequences"]) seq["mass_share"] = seq["mass_share_max"] = nullptr;
+  }
   stats["tile_q"] = nullptr;  // the vote's rows are the query heads of a GQA group
   stats["num_splits"] = a.num_splits;
   stats["page_size"] = p.kv.page_size;
   write_results(a, make_npy_float(s.out_dtype.value_or(q.dtype), q.shape, out), stats);
   std::printf(
-      "cpu decode: %lld sequences, %d split%s, %lld of %lld tiles skipped (sparsity %.2f%%), "
-      "mass share %.3e, %lld NaN rows, %.3f s\n",
-      static_cast<long long>(batch), a.num_splits, a.num_splits == 1 ? "" : "s",
-      static_cast<long long>(st.tiles_skipped), static_cast<long long>(st.tiles_total),
-      100.0 * st.sparsity(), st.mass_share, static_cast<long long>(st.nan_rows), elapsed.count());
+      "%s decode (%s): %lld sequences, %d split%s, %lld of %lld tiles skipped (sparsity %.2f%%), "
+      "mass share %s, %lld NaN rows, %.3f s\n",
+      a.backend.c_str(), kernel.c_str(), static_cast<long long>(batch), a.num_splits,
+      a.num_splits == 1 ? "" : "s", static_cast<long long>(st.tiles_skipped),
+      static_cast<long long>(st.tiles_total), 100.0 * st.sparsity(),
+      a.backend == "cuda" ? "not measured on the GPU" : std::to_string(st.mass_share).c_str(),
+      static_cast<long long>(st.nan_rows), elapsed.count());
 }
 
 void add_attend(CLI::App& app) {
@@ -610,7 +698,7 @@ void add_attend(CLI::App& app) {
   cu_k->needs(cu_q);
   cmd->add_flag("--causal", a->causal, "Causal mask, bottom-right aligned");
   cmd->add_option("--window", a->window,
-                  "Sliding window: a query sees its last W keys (needs --causal; cpu only)");
+                  "Sliding window: a query sees its last W keys (needs --causal; cuda: dense only)");
   auto* table = cmd->add_option("--scale-table", a->scale_table, "Scale table JSON file");
   auto* threshold = cmd->add_option("--threshold", a->threshold, "Flat lambda in [0, 1)");
   table->excludes(threshold);

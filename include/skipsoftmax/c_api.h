@@ -40,12 +40,56 @@ typedef struct skipsoftmax_prefill_args {
   double flat_lambda;
   unsigned long long* stats; /* [batch][2] visited, skipped, accumulated; NULL: none */
   int force_kernel;          /* enum skipsoftmax_kernel */
+  int window;                /* sliding window in keys (causal, dense threshold); 0: none */
+  /* Paged KV (k_pages non-NULL): k and v are unused; the layout of skipsoftmax/paged_kv.h. */
+  const void* k_pages;       /* [num_pages, page_size, num_heads_kv, head_dim] */
+  const void* v_pages;
+  int64_t num_pages;
+  int page_size;
+  const int32_t* page_table; /* [batch, max_pages_per_seq] */
+  int max_pages_per_seq;
 } skipsoftmax_prefill_args;
+
+typedef struct skipsoftmax_decode_args {
+  int dtype;                 /* enum skipsoftmax_dtype */
+  int head_dim;              /* 64, 128, 256 */
+  const void* q;             /* [batch, num_heads_q, head_dim] */
+  void* out;                 /* [batch, num_heads_q, head_dim] */
+  const void* k_pages;       /* [num_pages, page_size, num_heads_kv, head_dim] */
+  const void* v_pages;
+  int64_t num_pages;
+  int page_size;             /* power of two in [16, 128] */
+  const int32_t* page_table; /* [batch, max_pages_per_seq] */
+  int max_pages_per_seq;
+  const int32_t* seq_lens;   /* [batch] */
+  int batch;
+  int max_seq_len;
+  int num_heads_q;
+  int num_heads_kv;
+  double softmax_scale; /* <= 0: 1 / sqrt(head_dim) */
+  int table_rows;       /* as in skipsoftmax_prefill_args */
+  const int64_t* table_bins;
+  const double* table_scales;
+  double flat_lambda;
+  int num_splits;       /* 0: automatic */
+  void* workspace;      /* skipsoftmax_decode_workspace_size bytes */
+  unsigned long long* stats;
+  int force_kernel;
+} skipsoftmax_decode_args;
 
 /* Runs prefill attention. Returns the kernel launched (SKIPSOFTMAX_DENSE or SKIPSOFTMAX_SKIP), or
  * -1 with a message in error (truncated to error_len, always terminated). */
 int skipsoftmax_prefill(const skipsoftmax_prefill_args* args, void* stream, char* error,
                         int error_len);
+
+/* Runs paged decode attention (and the split combine); returns like skipsoftmax_prefill. */
+int skipsoftmax_decode(const skipsoftmax_decode_args* args, void* stream, char* error,
+                       int error_len);
+
+/* Bytes of workspace skipsoftmax_decode needs for these arguments, and the splits it will use
+ * (through *num_splits when non-NULL); -1 with a message in error when the arguments are bad. */
+int64_t skipsoftmax_decode_workspace_size(const skipsoftmax_decode_args* args, int* num_splits,
+                                          char* error, int error_len);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "skipsoftmax/paged_kv.h"
 #include "skipsoftmax/prefill.h"
@@ -54,5 +55,26 @@ std::size_t decode_workspace_size(const DecodeArguments& args);
 // Launches the decode (and combine) kernels on `stream`. Throws std::invalid_argument when
 // can_implement fails, std::runtime_error on a CUDA error. Returns the kernel family launched.
 KernelChoice run_decode(const DecodeArguments& args, void* workspace, void* stream);
+
+}  // namespace skipsoftmax
+
+namespace skipsoftmax {
+
+// Decode on tensors held in host memory (16-bit values: fp16 or bf16 bits), for tools and tests:
+// copies them to the device, runs run_decode on the default stream, copies the output back.
+// `args` gives everything but the device pointers. Throws like run_decode, and
+// std::runtime_error when no Hopper GPU is present.
+struct HostDecodeResult {
+  std::vector<std::uint16_t> out;         // [batch, num_heads_q, head_dim]
+  std::vector<unsigned long long> stats;  // [batch][2] visited, skipped (skip kernel only)
+  KernelChoice kernel = KernelChoice::kDense;
+  int num_splits = 1;
+  double kernel_ms = 0.0;  // one call (decode and combine), timed with CUDA events
+};
+HostDecodeResult run_decode_host(DecodeArguments args, const std::vector<std::uint16_t>& q,
+                                 const std::vector<std::uint16_t>& k_pages,
+                                 const std::vector<std::uint16_t>& v_pages,
+                                 const std::vector<std::int32_t>& page_table,
+                                 const std::vector<std::int32_t>& seq_lens);
 
 }  // namespace skipsoftmax

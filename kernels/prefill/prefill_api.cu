@@ -3,10 +3,13 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
 
+#include "../common/threshold_host.h"
 #include "prefill_launch.cuh"
 #include "skipsoftmax/prefill.h"
 
@@ -62,20 +65,6 @@ CUtensorMap make_tensor_map(const void* base, std::int64_t rows, int heads, int 
   return map;
 }
 
-prefill::DeviceThreshold device_threshold(const Threshold& t) {
-  prefill::DeviceThreshold d{};
-  if (t.kind() == Threshold::Kind::kFlat) d.flat_lambda = static_cast<float>(t.flat_lambda());
-  if (t.kind() == Threshold::Kind::kTable) {
-    const auto& rows = t.scale_table().rows();
-    d.rows = static_cast<int>(rows.size());
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      d.bins[i] = static_cast<int>(rows[i].seqlen_bin);
-      d.scales[i] = static_cast<float>(rows[i].scale);
-    }
-  }
-  return d;
-}
-
 template <bool kSkip>
 void launch(const Params& params, const PrefillArguments& a, cudaStream_t stream) {
   const bool bf16 = a.dtype == DType::kBF16;
@@ -96,6 +85,30 @@ void launch(const Params& params, const PrefillArguments& a, cudaStream_t stream
   throw std::invalid_argument("prefill: no kernel compiled for this dtype and head dim");
 }
 
+bool paged(const PrefillArguments& a) { return a.paged_kv.k_pages != nullptr; }
+const void* kv_k(const PrefillArguments& a) { return paged(a) ? a.paged_kv.k_pages : a.k; }
+const void* kv_v(const PrefillArguments& a) { return paged(a) ? a.paged_kv.v_pages : a.v; }
+
+std::string check_paged(const PrefillArguments& a) {
+  if (!paged(a)) return {};
+  const PagedKv& kv = a.paged_kv;
+  std::ostringstream why;
+  if (kv.v_pages == nullptr || kv.page_table == nullptr) {
+    why << "paged KV needs k_pages, v_pages and page_table";
+  } else if (kv.page_size < kMinPageSize || kv.page_size > kMaxPageSize ||
+             (kv.page_size & (kv.page_size - 1)) != 0) {
+    why << "page size " << kv.page_size << " is not a power of two in [" << kMinPageSize << ", "
+        << kMaxPageSize << "]";
+  } else if (kv.num_pages <= 0 || kv.num_pages * kv.page_size >= (std::int64_t{1} << 31)) {
+    why << "num_pages * page_size must lie in [1, 2^31)";
+  } else if (kv.max_pages_per_seq <= 0 ||
+             static_cast<std::int64_t>(kv.max_pages_per_seq) * kv.page_size < a.max_seqlen_k) {
+    why << "max_pages_per_seq (" << kv.max_pages_per_seq << ") pages of " << kv.page_size
+        << " tokens cannot hold max_seqlen_k = " << a.max_seqlen_k;
+  }
+  return why.str();
+}
+
 }  // namespace
 
 std::string can_implement(const PrefillArguments& a) {
@@ -107,26 +120,31 @@ std::string can_implement(const PrefillArguments& a) {
            "-DSKIPSOFTMAX_ALL_KERNELS=ON)";
   } else if (a.num_heads_q <= 0 || a.num_heads_kv <= 0 || a.num_heads_q % a.num_heads_kv != 0) {
     why << "Hq % Hkv != 0 (Hq=" << a.num_heads_q << ", Hkv=" << a.num_heads_kv << ")";
-  } else if (!a.q || !a.k || !a.v || !a.out || !a.cu_seqlens_q || !a.cu_seqlens_k) {
-    why << "q, k, v, out and both cu_seqlens must be device pointers";
+  } else if (!a.q || !a.out || !a.cu_seqlens_q || !a.cu_seqlens_k ||
+             (!paged(a) && (!a.k || !a.v))) {
+    why << "q, out, both cu_seqlens and k and v (or the KV pages) must be device pointers";
+  } else if (const std::string paged_why = check_paged(a); !paged_why.empty()) {
+    why << paged_why;
+  } else if (a.window < 0 || (a.window > 0 && !a.causal)) {
+    why << "a sliding window (" << a.window << ") needs a causal mask and must be positive";
+  } else if (a.window > 0 && (!a.threshold.never_skips() ||
+                              a.force_kernel.value_or(KernelChoice::kDense) != KernelChoice::kDense)) {
+    why << "sliding-window launches run the dense kernel (skipping is not applied to local "
+           "layers): pass a dense threshold";
   } else if (a.batch <= 0 || a.max_seqlen_q <= 0 || a.max_seqlen_k <= 0) {
     why << "batch, max_seqlen_q and max_seqlen_k must be positive";
   } else if (a.total_q <= 0 || a.total_k <= 0 || a.total_q >= (std::int64_t{1} << 31) ||
              a.total_k >= (std::int64_t{1} << 31)) {
     why << "total_q and total_k must lie in [1, 2^31)";
-  } else if ((reinterpret_cast<std::uintptr_t>(a.q) | reinterpret_cast<std::uintptr_t>(a.k) |
-              reinterpret_cast<std::uintptr_t>(a.v) | reinterpret_cast<std::uintptr_t>(a.out)) %
+  } else if ((reinterpret_cast<std::uintptr_t>(a.q) | reinterpret_cast<std::uintptr_t>(kv_k(a)) |
+              reinterpret_cast<std::uintptr_t>(kv_v(a)) | reinterpret_cast<std::uintptr_t>(a.out)) %
                  16 !=
              0) {
-    why << "q, k, v and out must be 16-byte aligned";
+    why << "q, k, v (or the pages) and out must be 16-byte aligned";
   } else if (a.softmax_scale && !(std::isfinite(*a.softmax_scale) && *a.softmax_scale > 0)) {
     why << "softmax scale must be finite and > 0";
-  } else if (a.threshold.kind() == Threshold::Kind::kTable &&
-             a.threshold.scale_table().rows().size() > prefill::kMaxTableRows) {
-    why << "scale tables hold at most " << prefill::kMaxTableRows << " rows";
-  } else if (a.threshold.kind() == Threshold::Kind::kTable &&
-             a.threshold.scale_table().rows().back().seqlen_bin >= (std::int64_t{1} << 31)) {
-    why << "scale table bins must be below 2^31";
+  } else if (const std::string t = common::device_threshold_problem(a.threshold); !t.empty()) {
+    why << t;
   }
   return why.str();
 }
@@ -143,8 +161,20 @@ KernelChoice run_prefill(const PrefillArguments& a, void*, void* stream) {
   const int block_n = prefill_vote_tiles(a.head_dim, a.kv_order).tile_k;
   Params p{};
   p.tma_q = make_tensor_map(a.q, a.total_q, a.num_heads_q, a.head_dim, kBlockM, a.dtype);
-  p.tma_k = make_tensor_map(a.k, a.total_k, a.num_heads_kv, a.head_dim, block_n, a.dtype);
-  p.tma_v = make_tensor_map(a.v, a.total_k, a.num_heads_kv, a.head_dim, block_n, a.dtype);
+  if (paged(a)) {
+    const PagedKv& kv = a.paged_kv;
+    const std::int64_t rows = kv.num_pages * kv.page_size;
+    const int box = std::min(kv.page_size, block_n);
+    p.tma_k = make_tensor_map(kv.k_pages, rows, a.num_heads_kv, a.head_dim, box, a.dtype);
+    p.tma_v = make_tensor_map(kv.v_pages, rows, a.num_heads_kv, a.head_dim, box, a.dtype);
+    p.page_table = kv.page_table;
+    p.max_pages_per_seq = kv.max_pages_per_seq;
+    p.page_shift = std::countr_zero(static_cast<unsigned>(kv.page_size));
+  } else {
+    p.tma_k = make_tensor_map(a.k, a.total_k, a.num_heads_kv, a.head_dim, block_n, a.dtype);
+    p.tma_v = make_tensor_map(a.v, a.total_k, a.num_heads_kv, a.head_dim, block_n, a.dtype);
+  }
+  p.window = a.window;
   p.out = a.out;
   p.cu_seqlens_q = a.cu_seqlens_q;
   p.cu_seqlens_k = a.cu_seqlens_k;
@@ -156,7 +186,7 @@ KernelChoice run_prefill(const PrefillArguments& a, void*, void* stream) {
   const double scale = a.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
   p.scale_log2 = static_cast<float>(scale * kLog2e);
   p.kv_order = static_cast<int>(a.kv_order);
-  p.threshold = device_threshold(a.threshold);
+  p.threshold = common::to_device(a.threshold);
   p.stats = a.stats;
   const auto s = static_cast<cudaStream_t>(stream);
   if (choice == KernelChoice::kSkip) {

@@ -92,22 +92,15 @@ __device__ __forceinline__ int kv_tile_at(int order, int position, int n_tiles) 
   }
 }
 
-// lambda for one sequence of KV length kv_len, as skipsoftmax::Threshold::lambda_for does.
-__device__ __forceinline__ float lambda_for(const DeviceThreshold& t, int kv_len) {
-  if (t.rows == 0) return kv_len > 0 ? t.flat_lambda : 0.f;
-  if (kv_len < t.bins[0]) return 0.f;
-  float s = t.scales[0];
-  for (int i = 1; i < t.rows && t.bins[i] <= kv_len; ++i) s = t.scales[i];
-  const float l = static_cast<float>(kv_len);
-  return s >= l ? 0.f : s / l;
-}
+using common::lambda_for;
 
 // Where one CTA's work lies: its query rows, its KV tiles, and the sequence they belong to.
 struct CtaWork {
   int head, kv_head;
   int q_start, q_len, kv_start, kv_len;
   int m_block;
-  int n_tiles;     // KV tiles the CTA visits
+  int first_tile;  // the first KV tile of the CTA's range (past the sliding window's left edge)
+  int n_tiles;     // KV tiles the CTA visits: first_tile + kv_tile_at(order, position, n_tiles)
   float skip_gap;  // raw-score gap below which a row votes skip: log2(lambda) / scale_log2
   bool voting;     // skip kernel and lambda > 0 for this sequence
 };
@@ -127,7 +120,13 @@ __device__ __forceinline__ bool find_work(const Params& p, CtaWork& w) {
   if (w.m_block * Cfg::kBlockM >= w.q_len) return false;
   const int q_end = min((w.m_block + 1) * Cfg::kBlockM, w.q_len);
   const int keys = kCausal ? w.kv_len - w.q_len + q_end : w.kv_len;
-  w.n_tiles = (keys + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  // The same range as prefill_kv_tile_range of tiling.h.
+  w.first_tile = 0;
+  if (kCausal && p.window > 0) {
+    const int first_key = w.kv_len - w.q_len + w.m_block * Cfg::kBlockM - p.window + 1;
+    w.first_tile = first_key > 0 ? first_key / Cfg::kBlockN : 0;
+  }
+  w.n_tiles = (keys + Cfg::kBlockN - 1) / Cfg::kBlockN - w.first_tile;
   w.skip_gap = -__builtin_huge_valf();
   w.voting = false;
   if constexpr (kSkip) {
@@ -151,15 +150,38 @@ __device__ __forceinline__ void produce(const Params& p, const CtaWork& w,
     tma_load_3d(s.q + b * Cfg::kBlockM * Cfg::kBoxCols, &p.tma_q, &s.full_q, b * Cfg::kBoxCols,
                 w.head, w.q_start + w.m_block * Cfg::kBlockM);
   }
+  // One KV tile into a stage: a box per 64 columns, and with paged KV a box per page (pages of
+  // 16 to 64 keys) or per tile (pages of kBlockN keys or more). Boxes of a tile that start past
+  // the sequence's end load its last valid box again: those keys are masked and those V rows
+  // zeroed, and no page-table entry past the sequence is read.
+  const int* pages = p.page_table ? p.page_table + blockIdx.z * p.max_pages_per_seq : nullptr;
+  const auto load_tile = [&](const CUtensorMap* map, std::uint16_t* dst, std::uint64_t* bar,
+                             int pos) {
+    const int tile = w.first_tile + kv_tile_at(p.kv_order, pos, w.n_tiles);
+    if (pages == nullptr) {
+      for (int b = 0; b < Cfg::kDBoxes; ++b) {
+        tma_load_3d(dst + b * Cfg::kBlockN * Cfg::kBoxCols, map, bar, b * Cfg::kBoxCols,
+                    w.kv_head, w.kv_start + tile * Cfg::kBlockN);
+      }
+      return;
+    }
+    const int page_size = 1 << p.page_shift;
+    const int box = min(page_size, Cfg::kBlockN);
+    const int last_box = (w.kv_len - 1) / box * box;
+    for (int c = 0; c < Cfg::kBlockN; c += box) {
+      const int token = min(tile * Cfg::kBlockN + c, last_box);
+      const int row = (pages[token >> p.page_shift] << p.page_shift) + (token & (page_size - 1));
+      for (int b = 0; b < Cfg::kDBoxes; ++b) {
+        tma_load_3d(dst + (b * Cfg::kBlockN + c) * Cfg::kBoxCols, map, bar, b * Cfg::kBoxCols,
+                    w.kv_head, row);
+      }
+    }
+  };
   const auto load_k = [&](int pos) {
     const int stage = pos % Cfg::kStagesK;
-    const int row = w.kv_start + kv_tile_at(p.kv_order, pos, w.n_tiles) * Cfg::kBlockN;
     mbar_wait(&s.empty_k[stage], ((pos / Cfg::kStagesK) & 1) ^ 1);
     mbar_arrive_expect_tx(&s.full_k[stage], kKvBytes);
-    for (int b = 0; b < Cfg::kDBoxes; ++b) {
-      tma_load_3d(s.k[stage] + b * Cfg::kBlockN * Cfg::kBoxCols, &p.tma_k, &s.full_k[stage],
-                  b * Cfg::kBoxCols, w.kv_head, row);
-    }
+    load_tile(&p.tma_k, s.k[stage], &s.full_k[stage], pos);
   };
   // V of a tile is loaded unless both consumer warpgroups voted to skip it; a dropped load still
   // completes its full barrier's phase (an arrival without bytes), so every stage keeps one phase
@@ -177,12 +199,8 @@ __device__ __forceinline__ void produce(const Params& p, const CtaWork& w,
       mbar_arrive(&s.full_v[stage]);
       return;
     }
-    const int row = w.kv_start + kv_tile_at(p.kv_order, pos, w.n_tiles) * Cfg::kBlockN;
     mbar_arrive_expect_tx(&s.full_v[stage], kKvBytes);
-    for (int b = 0; b < Cfg::kDBoxes; ++b) {
-      tma_load_3d(s.v[stage] + b * Cfg::kBlockN * Cfg::kBoxCols, &p.tma_v, &s.full_v[stage],
-                  b * Cfg::kBoxCols, w.kv_head, row);
-    }
+    load_tile(&p.tma_v, s.v[stage], &s.full_v[stage], pos);
   };
   // K runs kStagesK - 1 tiles ahead of V: the next Q K^T never waits for a V stage or a vote.
   constexpr int kAhead = Cfg::kStagesK - 1;
@@ -260,6 +278,10 @@ struct Consumer {
   __device__ bool tile_needs_mask(int tile) const {
     if ((tile + 1) * kN > w.kv_len) return true;
     if (row_base() + Cfg::kRowsPerWarpgroup > w.q_len) return true;
+    if (kCausal && p.window > 0 &&
+        tile * kN < w.kv_len - w.q_len + row_base() + Cfg::kRowsPerWarpgroup - p.window) {
+      return true;
+    }
     return kCausal && (tile + 1) * kN - 1 > w.kv_len - w.q_len + row_base();
   }
 
@@ -273,13 +295,16 @@ struct Consumer {
       const int last_key =
           row >= w.q_len ? -1 : (kCausal ? w.kv_len - w.q_len + row : w.kv_len - 1);
       const int limit = min(last_key, w.kv_len - 1) - tile * kN;  // last visible column
+      // First visible column under a sliding window (causal only).
+      const int first = kCausal && p.window > 0 ? last_key - p.window + 1 - tile * kN : 0;
       float r = kNegInf;
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = sc[4 * j + 2 * i + e];
-          if (masked && 8 * j + 2 * (lane % 4) + e > limit) x = kNegInf;
+          const int col = 8 * j + 2 * (lane % 4) + e;
+          if (masked && (col > limit || col < first)) x = kNegInf;
           r = fmaxf(r, x);
         }
       }
@@ -429,7 +454,7 @@ struct Consumer {
     for (int pos = 0; pos < w.n_tiles; ++pos) {
       const int k_stage = pos % Cfg::kStagesK;
       const int v_stage = pos % Cfg::kStagesV;
-      const int tile = kv_tile_at(p.kv_order, pos, w.n_tiles);
+      const int tile = w.first_tile + kv_tile_at(p.kv_order, pos, w.n_tiles);
 
       mbar_wait(&s.full_k[k_stage], (pos / Cfg::kStagesK) & 1);
       if (kPingPong) named_barrier_sync(kTurnBarrier + wg, 256);

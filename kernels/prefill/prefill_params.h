@@ -5,21 +5,18 @@
 
 #include <cstdint>
 
+#include "../common/device_threshold.h"
+
 namespace skipsoftmax::prefill {
 
-inline constexpr int kMaxTableRows = 64;
-
-// The scale table on the device: lambda = S / L from the last row with bin <= L, with the guard.
-struct DeviceThreshold {
-  int rows = 0;             // 0: no table
-  float flat_lambda = 0.f;  // used when rows == 0; 0 is dense
-  int bins[kMaxTableRows];
-  float scales[kMaxTableRows];
-};
+using common::DeviceThreshold;
+using common::kMaxTableRows;
 
 struct Params {
   CUtensorMap tma_q;  // [total_q, Hq, D] as (D, Hq, total_q), boxes of 64 x 1 x kBlockM
-  CUtensorMap tma_k;  // [total_k, Hkv, D] as (D, Hkv, total_k), boxes of 64 x 1 x kBlockN
+  // [total_k, Hkv, D] as (D, Hkv, total_k), boxes of 64 x 1 x kBlockN; paged: the pages
+  // [num_pages * page_size, Hkv, D], boxes of 64 x 1 x min(page_size, kBlockN).
+  CUtensorMap tma_k;
   CUtensorMap tma_v;
   void* out;                // [total_q, Hq, D]
   const int* cu_seqlens_q;  // [batch + 1]
@@ -30,6 +27,12 @@ struct Params {
   int num_m_blocks;           // query tiles of the longest sequence
   float scale_log2;           // softmax scale * log2(e): scores go through exp2
   int kv_order;               // skipsoftmax::KvOrder
+  int window;                 // sliding window in keys (causal, dense kernels); 0: none
+  // Paged KV (page_table non-null): token t of sequence b is row
+  // page_table[b * max_pages_per_seq + t / page_size] * page_size + t % page_size of tma_k/v.
+  const int* page_table;
+  int max_pages_per_seq;
+  int page_shift;  // log2(page_size)
   DeviceThreshold threshold;  // skip kernels only
   unsigned long long* stats;  // [batch][2] tiles visited, skipped; null: no statistics
 };

@@ -1,0 +1,162 @@
+// Host API of the decode kernels: argument checks, the split heuristic, workspace, dispatch.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+#include "../common/threshold_host.h"
+#include "decode_launch.cuh"
+#include "skipsoftmax/decode.h"
+
+namespace skipsoftmax {
+namespace {
+
+constexpr int kMaxSplits = 128;
+
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      cudaGetLastError();
+      return 132;  // an H100/H200 SXM
+    }
+    return sms;
+  }();
+  return count;
+}
+
+template <bool kSkip>
+void launch(const decode::Params& params, const DecodeArguments& a, cudaStream_t stream) {
+  const bool bf16 = a.dtype == DType::kBF16;
+#define SKIPSOFTMAX_FAMILY(BF16, D)                                   \
+  if (bf16 == BF16 && a.head_dim == D) {                              \
+    decode::launch_family<BF16, D, kSkip>(params, a.batch, stream);   \
+    return;                                                           \
+  }
+  SKIPSOFTMAX_FAMILY(true, 128)
+#if SKIPSOFTMAX_ALL_KERNELS
+  SKIPSOFTMAX_FAMILY(true, 64)
+  SKIPSOFTMAX_FAMILY(true, 256)
+  SKIPSOFTMAX_FAMILY(false, 64)
+  SKIPSOFTMAX_FAMILY(false, 128)
+  SKIPSOFTMAX_FAMILY(false, 256)
+#endif
+#undef SKIPSOFTMAX_FAMILY
+  throw std::invalid_argument("decode: no kernel compiled for this dtype and head dim");
+}
+
+}  // namespace
+
+int decode_tile_k(int) { return decode::kTileK; }
+
+// Enough CTAs for two per multiprocessor (one for head dim 256, whose tiles fill shared memory),
+// but at least 4 tiles (256 keys) per split so that the copy pipeline, two tiles deep, runs full.
+// Example: batch 1, 8 KV heads, 32k keys: 264 / 8 = 33 splits of 16 tiles.
+int decode_num_splits(const DecodeArguments& a) {
+  if (a.num_splits > 0) return a.num_splits;
+  const int per_sm = a.head_dim == 256 ? 1 : 2;
+  const int ctas = std::max(1, a.batch * a.num_heads_kv);
+  const int wanted = (multiprocessors() * per_sm + ctas - 1) / ctas;
+  const int n_tiles = (a.max_seq_len + decode::kTileK - 1) / decode::kTileK;
+  return std::clamp(std::min(wanted, n_tiles / 4), 1, kMaxSplits);
+}
+
+std::string can_implement(const DecodeArguments& a) {
+  std::ostringstream why;
+  const PagedKv& kv = a.kv;
+  if (a.head_dim != 64 && a.head_dim != 128 && a.head_dim != 256) {
+    why << "head_dim " << a.head_dim << " is not supported (64, 128 or 256)";
+  } else if (!SKIPSOFTMAX_ALL_KERNELS && (a.dtype != DType::kBF16 || a.head_dim != 128)) {
+    why << "this build has only the bf16 head-dim-128 kernels (configure with "
+           "-DSKIPSOFTMAX_ALL_KERNELS=ON)";
+  } else if (a.num_heads_q <= 0 || a.num_heads_kv <= 0 || a.num_heads_q % a.num_heads_kv != 0) {
+    why << "Hq % Hkv != 0 (Hq=" << a.num_heads_q << ", Hkv=" << a.num_heads_kv << ")";
+  } else if (a.num_heads_q / a.num_heads_kv > decode::kMaxGroup) {
+    why << "GQA groups of more than " << decode::kMaxGroup << " query heads per KV head are not "
+        << "supported (Hq / Hkv = " << a.num_heads_q / a.num_heads_kv << ")";
+  } else if (!a.q || !a.out || !a.seq_lens || !kv.k_pages || !kv.v_pages || !kv.page_table) {
+    why << "q, out, seq_lens, k_pages, v_pages and page_table must be device pointers";
+  } else if (kv.page_size < kMinPageSize || kv.page_size > kMaxPageSize ||
+             (kv.page_size & (kv.page_size - 1)) != 0) {
+    why << "page size " << kv.page_size << " is not a power of two in [" << kMinPageSize << ", "
+        << kMaxPageSize << "]";
+  } else if (a.batch <= 0 || a.max_seq_len <= 0) {
+    why << "batch and max_seq_len must be positive";
+  } else if (kv.num_pages <= 0 || kv.num_pages * kv.page_size >= (std::int64_t{1} << 31)) {
+    why << "num_pages * page_size must lie in [1, 2^31)";
+  } else if (kv.max_pages_per_seq <= 0 ||
+             static_cast<std::int64_t>(kv.max_pages_per_seq) * kv.page_size < a.max_seq_len) {
+    why << "max_pages_per_seq (" << kv.max_pages_per_seq << ") pages of " << kv.page_size
+        << " tokens cannot hold max_seq_len = " << a.max_seq_len;
+  } else if (a.num_splits < 0 || a.num_splits > kMaxSplits) {
+    why << "num_splits must lie in [0, " << kMaxSplits << "] (0: automatic)";
+  } else if ((reinterpret_cast<std::uintptr_t>(a.q) | reinterpret_cast<std::uintptr_t>(a.out) |
+              reinterpret_cast<std::uintptr_t>(kv.k_pages) |
+              reinterpret_cast<std::uintptr_t>(kv.v_pages)) %
+                 16 !=
+             0) {
+    why << "q, out and the pages must be 16-byte aligned";
+  } else if (a.softmax_scale && !(std::isfinite(*a.softmax_scale) && *a.softmax_scale > 0)) {
+    why << "softmax scale must be finite and > 0";
+  } else if (const std::string t = common::device_threshold_problem(a.threshold); !t.empty()) {
+    why << t;
+  }
+  return why.str();
+}
+
+std::size_t decode_workspace_size(const DecodeArguments& a) {
+  const int splits = decode_num_splits(a);
+  if (splits <= 1) return 0;
+  const std::size_t rows = static_cast<std::size_t>(a.batch) * a.num_heads_q * splits;
+  return rows * (static_cast<std::size_t>(a.head_dim) + 1) * sizeof(float);
+}
+
+KernelChoice run_decode(const DecodeArguments& a, void* workspace, void* stream) {
+  if (const std::string why = can_implement(a); !why.empty()) {
+    throw std::invalid_argument("decode: " + why);
+  }
+  const int splits = decode_num_splits(a);
+  if (splits > 1 && workspace == nullptr) {
+    throw std::invalid_argument("decode: " + std::to_string(decode_workspace_size(a)) +
+                                " bytes of workspace are needed for " + std::to_string(splits) +
+                                " splits");
+  }
+  const KernelChoice choice =
+      a.force_kernel.value_or(choose_decode_kernel(a.threshold, a.max_seq_len));
+  decode::Params p{};
+  p.q = a.q;
+  p.out = a.out;
+  p.k_pages = a.kv.k_pages;
+  p.v_pages = a.kv.v_pages;
+  p.page_table = a.kv.page_table;
+  p.seq_lens = a.seq_lens;
+  p.max_pages_per_seq = a.kv.max_pages_per_seq;
+  p.page_shift = std::countr_zero(static_cast<unsigned>(a.kv.page_size));
+  p.num_heads_q = a.num_heads_q;
+  p.num_heads_kv = a.num_heads_kv;
+  p.group = a.num_heads_q / a.num_heads_kv;
+  p.num_splits = splits;
+  constexpr double kLog2e = 1.4426950408889634;
+  const double scale = a.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
+  p.scale_log2 = static_cast<float>(scale * kLog2e);
+  p.threshold = common::to_device(a.threshold);
+  if (splits > 1) {
+    p.partial_o = static_cast<float*>(workspace);
+    p.partial_lse =
+        p.partial_o + static_cast<std::size_t>(a.batch) * a.num_heads_q * splits * a.head_dim;
+  }
+  p.stats = a.stats;
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (choice == KernelChoice::kSkip) {
+    launch<true>(p, a, s);
+  } else {
+    launch<false>(p, a, s);
+  }
+  return choice;
+}
+
+}  // namespace skipsoftmax

@@ -1,0 +1,4 @@
+// One compiled decode kernel family: bf16, head dim 64, dense.
+#include "../decode_launch.cuh"
+
+SKIPSOFTMAX_DECODE_FAMILY(true, 64, false)

@@ -1,0 +1,4 @@
+// One compiled decode kernel family: f16, head dim 64, skip.
+#include "../decode_launch.cuh"
+
+SKIPSOFTMAX_DECODE_FAMILY(false, 64, true)

@@ -1,0 +1,301 @@
+// The Hopper paged decode kernels against the CPU reference (float64), on the GPU: outputs, skip
+// decisions for the same tiles and splits, the guard, ragged lengths, partly filled pages and
+// NaN-poisoned unused slots. Skipped cleanly on machines without a Hopper GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+#include "bits16.h"
+#include "skipsoftmax/decode.h"
+#include "skipsoftmax/reference.h"
+#include "synthetic.h"
+
+namespace skipsoftmax {
+namespace {
+
+#define REQUIRE_HOPPER() \
+  if (!hopper_gpu_available()) GTEST_SKIP() << "no Hopper GPU on this machine"
+
+std::uint16_t nan_bits(DType t) { return t == DType::kBF16 ? 0x7fc0 : 0x7e00; }
+
+bool compiled(DType t, int dim) {
+  DecodeArguments probe;
+  probe.dtype = t;
+  probe.head_dim = dim;
+  return can_implement(probe).find("this build has only") == std::string::npos;
+}
+
+// One decode step of a ragged batch: the cache holds each sequence's structured K/V on shuffled
+// pages, unused slots NaN; the query is the sequence's last token.
+struct Case {
+  DType dtype;
+  int hq, hkv, dim, page_size;
+  std::vector<std::int32_t> lens;
+  std::vector<std::uint16_t> q, k_pages, v_pages;  // 16-bit bits
+  std::vector<float> qf, kf, vf;                   // widened, for the reference
+  std::vector<std::int32_t> page_table;
+  int max_pages = 0;
+  std::int64_t num_pages = 0;
+};
+
+Case make_case(DType t, int hq, int hkv, int dim, int page_size, std::vector<std::int32_t> lens,
+               std::uint64_t seed, double noise = 0.75) {
+  Case c{t, hq, hkv, dim, page_size, std::move(lens)};
+  const std::size_t row = static_cast<std::size_t>(hkv) * dim;
+  std::int64_t needed = 0;
+  for (int len : c.lens) {
+    const int n = (len + page_size - 1) / page_size;
+    needed += n;
+    c.max_pages = std::max(c.max_pages, n);
+  }
+  c.num_pages = needed + 2;
+  std::vector<std::int32_t> order(static_cast<std::size_t>(c.num_pages));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+  c.k_pages.assign(static_cast<std::size_t>(c.num_pages) * page_size * row, nan_bits(t));
+  c.v_pages = c.k_pages;
+  c.page_table.assign(c.lens.size() * c.max_pages, 0);
+  std::size_t next = 0;
+  for (std::size_t s = 0; s < c.lens.size(); ++s) {
+    SyntheticSpec spec;
+    spec.tokens = c.lens[s];
+    spec.num_heads_q = hq;
+    spec.num_heads_kv = hkv;
+    spec.head_dim = dim;
+    spec.noise = noise;
+    spec.seed = seed * 31 + s;
+    const SyntheticQkv qkv = make_structured_qkv(spec);
+    const std::size_t qrow = static_cast<std::size_t>(hq) * dim;
+    for (std::size_t i = 0; i < qrow; ++i) {
+      c.q.push_back(to_bits(qkv.q[(c.lens[s] - 1) * qrow + i], t));
+    }
+    for (int tok = 0; tok < c.lens[s]; ++tok) {
+      if (tok % page_size == 0) c.page_table[s * c.max_pages + tok / page_size] = order[next++];
+      const std::size_t slot =
+          static_cast<std::size_t>(c.page_table[s * c.max_pages + tok / page_size]) * page_size +
+          tok % page_size;
+      for (std::size_t i = 0; i < row; ++i) {
+        c.k_pages[slot * row + i] = to_bits(qkv.k[tok * row + i], t);
+        c.v_pages[slot * row + i] = to_bits(qkv.v[tok * row + i], t);
+      }
+    }
+  }
+  const auto widen = [t](const std::vector<std::uint16_t>& b) {
+    std::vector<float> f(b.size());
+    for (std::size_t i = 0; i < b.size(); ++i) f[i] = from_bits(b[i], t);
+    return f;
+  };
+  c.qf = widen(c.q);
+  c.kf = widen(c.k_pages);
+  c.vf = widen(c.v_pages);
+  return c;
+}
+
+DecodeArguments args_of(const Case& c, const Threshold& th, int splits) {
+  DecodeArguments a;
+  a.dtype = c.dtype;
+  a.head_dim = c.dim;
+  a.batch = static_cast<int>(c.lens.size());
+  a.max_seq_len = *std::max_element(c.lens.begin(), c.lens.end());
+  a.num_heads_q = c.hq;
+  a.num_heads_kv = c.hkv;
+  a.kv.num_pages = c.num_pages;
+  a.kv.page_size = c.page_size;
+  a.kv.max_pages_per_seq = c.max_pages;
+  a.threshold = th;
+  a.num_splits = splits;
+  return a;
+}
+
+struct Result {
+  std::vector<double> out;
+  std::vector<std::uint16_t> bits;
+  std::vector<unsigned long long> stats;
+  KernelChoice kernel;
+};
+
+Result run_gpu(const Case& c, const Threshold& th, int splits,
+               std::optional<KernelChoice> force = std::nullopt) {
+  DecodeArguments a = args_of(c, th, splits);
+  a.force_kernel = force;
+  const HostDecodeResult h = run_decode_host(a, c.q, c.k_pages, c.v_pages, c.page_table, c.lens);
+  Result r{{}, h.out, h.stats, h.kernel};
+  for (std::uint16_t b : h.out) r.out.push_back(from_bits(b, c.dtype));
+  return r;
+}
+
+AttentionStats run_cpu(const Case& c, const Threshold& th, int splits, std::vector<double>& out) {
+  DecodeProblem p;
+  p.q = c.qf.data();
+  p.kv.k_pages = c.kf.data();
+  p.kv.v_pages = c.vf.data();
+  p.kv.num_pages = c.num_pages;
+  p.kv.page_size = c.page_size;
+  p.kv.page_table = c.page_table;
+  p.kv.max_pages_per_seq = c.max_pages;
+  p.kv.seq_lens.assign(c.lens.begin(), c.lens.end());
+  p.num_heads_q = c.hq;
+  p.num_heads_kv = c.hkv;
+  p.head_dim = c.dim;
+  ReferenceOptions o;
+  o.threshold = th;
+  o.tiles.tile_k = decode_tile_k(c.dim);
+  o.tiles.order = KvOrder::kForward;
+  o.num_splits = splits;
+  out.assign(c.q.size(), 0.0);
+  return reference_decode(p, o, out.data());
+}
+
+double rel_l2(const std::vector<double>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+double tolerance(DType t) { return t == DType::kBF16 ? 1e-2 : 2e-3; }
+
+std::int64_t g_disagreements = 0, g_tiles = 0;
+
+void expect_stats_agree(const Result& r, const AttentionStats& ref, const std::string& what) {
+  for (std::size_t i = 0; i < ref.sequences.size(); ++i) {
+    const auto& s = ref.sequences[i];
+    g_tiles += s.tiles_total;
+    g_disagreements += std::llabs(static_cast<long long>(r.stats[2 * i + 1]) -
+                                  static_cast<long long>(s.tiles_skipped));
+    EXPECT_EQ(r.stats[2 * i], static_cast<unsigned long long>(s.tiles_total))
+        << what << " sequence " << i << ": visited tiles";
+    const double diff =
+        std::abs(static_cast<double>(r.stats[2 * i + 1]) - static_cast<double>(s.tiles_skipped));
+    EXPECT_LE(diff, std::max(1.0, 0.005 * static_cast<double>(s.tiles_total)))
+        << what << " sequence " << i << ": skipped " << r.stats[2 * i + 1] << " vs reference "
+        << s.tiles_skipped;
+  }
+}
+
+struct Heads {
+  int q, kv;
+};
+constexpr Heads kHeads[] = {{8, 2}, {9, 3}, {16, 1}, {2, 2}};
+
+TEST(GpuDecode, DenseMatchesReferenceOnRaggedPagedBatches) {
+  REQUIRE_HOPPER();
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    for (int dim : {64, 128, 256}) {
+      if (!compiled(t, dim)) continue;
+      for (const Heads h : kHeads) {
+        for (int page : {16, 64, 128}) {
+          const Case c = make_case(t, h.q, h.kv, dim, page, {1, 63, 64, 65, 700, 3001}, 7 + page);
+          for (int splits : {1, 3, 8}) {
+            const std::string what = std::string(to_string(t)) + " d" + std::to_string(dim) +
+                                     " Hq=" + std::to_string(h.q) + " Hkv=" +
+                                     std::to_string(h.kv) + " page " + std::to_string(page) +
+                                     " splits " + std::to_string(splits);
+            const Result r = run_gpu(c, Threshold::dense(), splits);
+            EXPECT_EQ(r.kernel, KernelChoice::kDense);
+            for (double x : r.out) ASSERT_FALSE(std::isnan(x)) << what << ": NaN in the output";
+            std::vector<double> ref;
+            run_cpu(c, Threshold::dense(), splits, ref);
+            EXPECT_LT(rel_l2(r.out, ref), tolerance(t)) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuDecode, SkipMatchesReferenceOutputAndDecisions) {
+  REQUIRE_HOPPER();
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    for (int dim : {64, 128, 256}) {
+      if (!compiled(t, dim)) continue;
+      for (const Heads h : kHeads) {
+        const Case c = make_case(t, h.q, h.kv, dim, 32, {100, 2000, 5000, 9000}, 11);
+        for (double lambda : {1e-4, 1e-3, 1e-2}) {
+          for (int splits : {1, 4}) {
+            const std::string what = std::string(to_string(t)) + " d" + std::to_string(dim) +
+                                     " Hq=" + std::to_string(h.q) + " Hkv=" +
+                                     std::to_string(h.kv) + " lambda " + std::to_string(lambda) +
+                                     " splits " + std::to_string(splits);
+            const Threshold th = Threshold::flat(lambda);
+            const Result r = run_gpu(c, th, splits);
+            EXPECT_EQ(r.kernel, KernelChoice::kSkip);
+            std::vector<double> ref;
+            const AttentionStats st = run_cpu(c, th, splits, ref);
+            EXPECT_LT(rel_l2(r.out, ref), tolerance(t)) << what;
+            expect_stats_agree(r, st, what);
+          }
+        }
+      }
+    }
+  }
+  std::printf("decode skip decisions: %lld of %lld visited tiles differ from the CPU reference\n",
+              static_cast<long long>(g_disagreements), static_cast<long long>(g_tiles));
+  EXPECT_GT(g_tiles, 0);
+}
+
+TEST(GpuDecode, SkipKernelAtLambdaZeroIsBitIdenticalToDense) {
+  REQUIRE_HOPPER();
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    for (int dim : {64, 128, 256}) {
+      if (!compiled(t, dim)) continue;
+      const Case c = make_case(t, 8, 2, dim, 64, {77, 4000}, 3);
+      for (int splits : {1, 5}) {
+        const Result dense = run_gpu(c, Threshold::dense(), splits);
+        const Result skip = run_gpu(c, Threshold::dense(), splits, KernelChoice::kSkip);
+        EXPECT_EQ(skip.kernel, KernelChoice::kSkip);
+        EXPECT_TRUE(dense.bits == skip.bits) << to_string(t) << " d" << dim;
+        EXPECT_EQ(skip.stats[1] + skip.stats[3], 0u);
+      }
+    }
+  }
+}
+
+TEST(GpuDecode, PerLengthTableAndDispatch) {
+  REQUIRE_HOPPER();
+  const Case c = make_case(DType::kBF16, 8, 2, 128, 64, {300, 2500, 6000}, 5);
+  const Threshold th = Threshold::table(ScaleTable({{1024, 2.0}, {4096, 8.0}}));
+  const Result r = run_gpu(c, th, 2);
+  EXPECT_EQ(r.kernel, KernelChoice::kSkip);
+  std::vector<double> ref;
+  const AttentionStats st = run_cpu(c, th, 2, ref);
+  EXPECT_EQ(r.stats[1], 0u);  // 300 lies below the first bin: the guard
+  EXPECT_GT(st.sequences[2].tiles_skipped, 0);
+  EXPECT_LT(rel_l2(r.out, ref), tolerance(DType::kBF16));
+  expect_stats_agree(r, st, "table");
+  const Case short_batch = make_case(DType::kBF16, 8, 2, 128, 64, {300, 900}, 5);
+  EXPECT_EQ(run_gpu(short_batch, th, 1).kernel, KernelChoice::kDense);
+}
+
+TEST(GpuDecode, AutomaticSplitsOnALongContext) {
+  REQUIRE_HOPPER();
+  const Case c = make_case(DType::kBF16, 32, 8, 128, 64, {40000}, 9);
+  DecodeArguments a = args_of(c, Threshold::flat(1e-3), 0);
+  const int splits = decode_num_splits(a);
+  EXPECT_GT(splits, 1);
+  const Result r = run_gpu(c, Threshold::flat(1e-3), 0);
+  std::vector<double> ref;
+  const AttentionStats st = run_cpu(c, Threshold::flat(1e-3), splits, ref);
+  EXPECT_LT(rel_l2(r.out, ref), tolerance(DType::kBF16));
+  expect_stats_agree(r, st, "auto splits");
+}
+
+TEST(GpuDecode, CanImplementNamesTheProblem) {
+  DecodeArguments a;
+  a.head_dim = 80;
+  EXPECT_NE(can_implement(a).find("head_dim 80"), std::string::npos);
+  a.head_dim = 128;
+  a.num_heads_q = 64;
+  a.num_heads_kv = 2;
+  EXPECT_NE(can_implement(a).find("GQA groups"), std::string::npos);
+  EXPECT_THROW(run_decode(a, nullptr, nullptr), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace skipsoftmax
