@@ -116,11 +116,12 @@ class Ours:
         self.lib.skipsoftmax_decode_workspace_size.restype = ctypes.c_int64
         self.err = ctypes.create_string_buffer(1024)
 
-    def args(self, q, kp, vp, table, lens, L, hkv, lam, force, stats=None):
+    def args(self, q, out, kp, vp, table, lens, L, hkv, lam, force, stats=None):
         a = DecodeArgs()
         a.dtype = 1 if q.dtype == torch.bfloat16 else 0
         a.head_dim = q.shape[2]
-        a.q, a.k_pages, a.v_pages = q.data_ptr(), kp.data_ptr(), vp.data_ptr()
+        a.q, a.out = q.data_ptr(), out.data_ptr()
+        a.k_pages, a.v_pages = kp.data_ptr(), vp.data_ptr()
         a.num_pages, a.page_size = kp.shape[0], kp.shape[1]
         a.page_table, a.max_pages_per_seq = table.data_ptr(), table.shape[1]
         a.seq_lens, a.batch, a.max_seq_len = lens.data_ptr(), q.shape[0], L
@@ -222,7 +223,7 @@ def main():
         keep = []  # workspaces alive while their arms run
 
         def ours_arm(lam, force, with_stats=False):
-            a = ours.args(q, kp, vp, table, lens, L, hkv, lam, force,
+            a = ours.args(q, out, kp, vp, table, lens, L, hkv, lam, force,
                           stats if with_stats else None)
             ws, splits = ours.prepare(a)
             keep.append(ws)

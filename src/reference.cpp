@@ -501,6 +501,18 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
       const TileRange range = split_tile_range(n_tiles, splits, s);
       parts[s].st.assign(group, RowState{});
       parts[s].o.assign(static_cast<std::size_t>(group) * dim, 0.0);
+      // A voting split after the first starts from the sink: tile 0's row maxima seed its
+      // running maximum (as the decode kernel does; tile 0 adds nothing to this split's sums).
+      if (kSkip && range.begin > 0 && range.end > range.begin && log_lambda > kNegInf) {
+        const int cols = load(0, sc);
+        std::vector<double> scores(static_cast<std::size_t>(tk));
+        for (int r = 0; r < group; ++r) {
+          dot_rows(qrow(r), sc.kt.data(), dim, cols, tk, scores.data());
+          double mx = kNegInf;
+          for (int j = 0; j < cols; ++j) mx = nan_max(mx, scores[j] * scale);
+          parts[s].st[r].m = mx;
+        }
+      }
       const TileRecord record{b, kvh, s, 0, 0, false};
       run_tiles<kSkip>(group, dim, tk, scale, log_lambda, opt.collect_mass, range.begin,
                        range.end - range.begin, opt.tiles.order, qrow, load, visible, sc,

@@ -506,9 +506,9 @@ TEST(ReferenceDecode, VoteCoversTheWholeGroupAndHoldsTheBound) {
     AttentionStats s;
     run_decode(pb.problem, o, &s);
     ASSERT_GT(s.tiles_skipped, 0);
-    std::int64_t first_of_split_skipped = 0;
+    std::int64_t first_of_split_skipped = 0, seeded_first_skipped = 0;
     for (const TileRecord& r : trace) {
-      if (r.visit == 0 && r.skipped) ++first_of_split_skipped;
+      if (r.visit == 0 && r.skipped) ++(r.q_tile == 0 ? first_of_split_skipped : seeded_first_skipped);
       if (!r.skipped) continue;
       // Every query head of the group votes: each of its weights must lie below lambda.
       for (int h = r.head * 4; h < r.head * 4 + 4; ++h) {
@@ -520,7 +520,9 @@ TEST(ReferenceDecode, VoteCoversTheWholeGroupAndHoldsTheBound) {
         }
       }
     }
-    EXPECT_EQ(first_of_split_skipped, 0) << "each split's first tile sets its running max";
+    EXPECT_EQ(first_of_split_skipped, 0) << "the first split's first tile sets its running max";
+    // Later splits start from the sink's maxima: their first tiles can be skipped.
+    if (splits > 1) EXPECT_GT(seeded_first_skipped, 0);
     // tiles_total counts (GQA group, KV tile) pairs.
     EXPECT_EQ(s.tiles_total, 2 * ((2000 + 63) / 64 + (900 + 63) / 64));
   }

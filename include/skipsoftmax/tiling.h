@@ -72,7 +72,8 @@ constexpr TileRange prefill_kv_tile_range(std::int64_t q_begin, std::int64_t q_e
 
 // Split-KV decode: the KV tiles [0, n_tiles) are cut into num_splits contiguous ranges of
 // ceil(n_tiles / num_splits) tiles (the last ones may be shorter or empty). Each split keeps its
-// own running maximum, so the first tile a split visits is never skipped.
+// own running maximum; when it votes, every split after the first starts it from the row maxima
+// of tile 0 (the attention sink), so that its far field meets the maximum one long pass would.
 constexpr TileRange split_tile_range(std::int64_t n_tiles, int num_splits, int split) {
   const std::int64_t per = (n_tiles + num_splits - 1) / num_splits;
   const std::int64_t b = per * split < n_tiles ? per * split : n_tiles;

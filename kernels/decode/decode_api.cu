@@ -53,14 +53,16 @@ void launch(const decode::Params& params, const DecodeArguments& a, cudaStream_t
 
 int decode_tile_k(int) { return decode::kTileK; }
 
-// Enough CTAs for two per multiprocessor (one for head dim 256, whose tiles fill shared memory),
-// but at least 4 tiles (256 keys) per split so that the copy pipeline, two tiles deep, runs full.
-// Example: batch 1, 8 KV heads, 32k keys: 264 / 8 = 33 splits of 16 tiles.
+// As many splits as fit one wave of two CTAs per multiprocessor (one for head dim 256, whose
+// tiles fill shared memory), rounded down so that no second, almost empty wave follows; at least
+// 4 tiles (256 keys) per split so that the copy pipeline, two tiles deep, runs full.
+// Example, 132 SMs: batch 1, 8 KV heads, 32k keys: 264 / 8 = 33 splits of 16 tiles; batch 8:
+// 264 / 64 = 4 splits (256 CTAs, not 5 splits in 1.2 waves).
 int decode_num_splits(const DecodeArguments& a) {
   if (a.num_splits > 0) return a.num_splits;
   const int per_sm = a.head_dim == 256 ? 1 : 2;
   const int ctas = std::max(1, a.batch * a.num_heads_kv);
-  const int wanted = (multiprocessors() * per_sm + ctas - 1) / ctas;
+  const int wanted = multiprocessors() * per_sm / ctas;
   const int n_tiles = (a.max_seq_len + decode::kTileK - 1) / decode::kTileK;
   return std::clamp(std::min(wanted, n_tiles / 4), 1, kMaxSplits);
 }

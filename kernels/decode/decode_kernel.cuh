@@ -12,9 +12,11 @@
 //   4. V of tile t is requested only if the tile is kept: a skipped tile's V is never read;
 //   5. P V of tile t - kLookahead, whose V has had kLookahead tiles of time to arrive.
 // The running maximum m_run covers every tile of the split visited so far (a skipped tile never
-// raises it); O and l are kept relative to m_ref, which catches up with m_run at each P V. Splits
-// vote independently; the combine kernel merges their outputs by log-sum-exp. The CPU reference
-// (reference_decode with tile_k = kTileK, forward order, the same num_splits) emulates all of it.
+// raises it), and in a skip launch every split but the first starts from the row maxima of tile
+// 0, the attention sink (its K is read once more; it adds nothing to O or l). O and l are kept
+// relative to m_ref, which catches up with m_run at each P V. The combine kernel merges the
+// splits' outputs by log-sum-exp. The CPU reference (reference_decode with tile_k = kTileK,
+// forward order, the same num_splits) emulates all of it.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -67,7 +69,8 @@ struct alignas(128) SharedStorage {
   // reads 8 rows of one chunk column without bank conflicts.
   std::uint16_t k[Cfg::kStagesK][kTileK * kHeadDim];
   std::uint16_t v[Cfg::kStagesV][kTileK * kHeadDim];
-  float s[Cfg::kStagesV][kMaxGroup][kTileK];  // raw scores of the tiles awaiting P V
+  // Raw scores of the tiles awaiting P V; rows padded by 4 floats against bank conflicts.
+  float s[Cfg::kStagesV][kMaxGroup][kTileK + 4];
   std::uint16_t p[kMaxGroup * kTileK];        // P of one tile, swizzled like the tiles
   float warp_max[kWarps][kMaxGroup];
   float m_run[kMaxGroup];  // running maximum over the split's tiles so far (raw scores)
@@ -98,22 +101,32 @@ struct DecodeCta {
   float o[Cfg::kColsPerWarp / 8][4] = {};     // this warp's O columns, C-fragment layout
 
   __device__ const std::uint16_t* kv_row(const void* pages, int token) const {
-    const int page = p.page_table[seq * p.max_pages_per_seq + (token >> p.page_shift)];
+    const int page = __ldg(p.page_table + seq * p.max_pages_per_seq + (token >> p.page_shift));
     const std::int64_t slot =
         (static_cast<std::int64_t>(page) << p.page_shift) + (token & ((1 << p.page_shift) - 1));
     return static_cast<const std::uint16_t*>(pages) +
            (slot * p.num_heads_kv + kv_head) * kHeadDim;
   }
 
-  // Requests tile `tile` of K or V into `dst`; rows past the sequence are zero-filled.
+  // Requests tile `tile` of K or V into `dst`; rows past the sequence are zero-filled. The page
+  // lookups all come first: a cp.async is a compiler memory barrier, and lookups interleaved with
+  // the copies would run one L2 round trip after another.
   __device__ void load_tile(std::uint16_t* dst, const void* pages, int tile) const {
-    for (int i = tid; i < kTileK * Cfg::kChunks; i += kThreads) {
-      const int row = i / Cfg::kChunks, chunk = i % Cfg::kChunks;
-      const int token = tile * kTileK + row;
-      const bool valid = token < kv_len;
-      const std::uint16_t* src = valid ? kv_row(pages, token) + chunk * 8
-                                       : static_cast<const std::uint16_t*>(pages);
-      hopper::cp_async_16(dst + row * kHeadDim + swizzle(row, chunk) * 8, src, valid);
+    constexpr int kRowsPerPass = kThreads / Cfg::kChunks;
+    constexpr int kPasses = kTileK / kRowsPerPass;
+    const int chunk = tid % Cfg::kChunks, row0 = tid / Cfg::kChunks;
+    const std::uint16_t* src[kPasses];
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int token = tile * kTileK + row0 + i * kRowsPerPass;
+      src[i] = token < kv_len ? kv_row(pages, token) + chunk * 8
+                              : static_cast<const std::uint16_t*>(pages);
+    }
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int row = row0 + i * kRowsPerPass;
+      hopper::cp_async_16(dst + row * kHeadDim + swizzle(row, chunk) * 8, src[i],
+                          tile * kTileK + row < kv_len);
     }
   }
 
@@ -152,13 +165,14 @@ struct DecodeCta {
 #pragma unroll
     for (int nb = 0; nb < 2; ++nb) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = r0 + 8 * (e / 2);
-        const int col = 16 * warp + 8 * nb + 2 * (lane % 4) + e % 2;
-        float x = acc[nb][e];
-        if (row >= p.group || tile * kTileK + col >= kv_len) x = kNegInf;
-        s.s[slot][row][col] = x;
-        mx[e / 2] = fmaxf(mx[e / 2], x);
+      for (int i = 0; i < 2; ++i) {
+        const int row = r0 + 8 * i;
+        const int col = 16 * warp + 8 * nb + 2 * (lane % 4);
+        float x0 = acc[nb][2 * i], x1 = acc[nb][2 * i + 1];
+        if (row >= p.group || tile * kTileK + col >= kv_len) x0 = kNegInf;
+        if (row >= p.group || tile * kTileK + col + 1 >= kv_len) x1 = kNegInf;
+        *reinterpret_cast<float2*>(&s.s[slot][row][col]) = make_float2(x0, x1);
+        mx[i] = fmaxf(mx[i], fmaxf(x0, x1));
       }
     }
 #pragma unroll
@@ -193,9 +207,12 @@ struct DecodeCta {
       const float m_ref = s.m_ref[row];
       corr = m_ref == kNegInf ? 0.f : hopper::fast_exp2((m_ref - m_new) * p.scale_log2);
       const float ms = m_new * p.scale_log2;
+      const float4 lo = *reinterpret_cast<const float4*>(&s.s[slot][row][8 * chunk]);
+      const float4 hi = *reinterpret_cast<const float4*>(&s.s[slot][row][8 * chunk + 4]);
+      const float raw[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        x[e] = hopper::fast_exp2(fmaf(s.s[slot][row][8 * chunk + e], p.scale_log2, -ms));
+        x[e] = hopper::fast_exp2(fmaf(raw[e], p.scale_log2, -ms));
         sum += x[e];
       }
     }
@@ -252,10 +269,23 @@ struct DecodeCta {
   template <bool kVote>
   __device__ int mainloop(float gap) {
     constexpr int kSK = Cfg::kStagesK, kD = Cfg::kLookahead;
+    // Voting splits after the first start from the sink: tile 0's row maxima seed m_run (not O,
+    // l or the tile counts), so that a split's far-field tiles meet the maximum they would meet
+    // in one long pass. Its K goes to the stage the loop fills last.
+    const bool seed = kVote && tile_begin > 0 && n_tiles > 0;
+    if (seed) load_tile(s.k[kSK - 1], p.k_pages, 0);
+    hopper::cp_async_commit();
     for (int j = 0; j < kSK - 1; ++j) {
       if (j < n_tiles) load_tile(s.k[j], p.k_pages, tile_begin + j);
       hopper::cp_async_commit();
       hopper::cp_async_commit();
+    }
+    if (seed) {
+      hopper::cp_async_wait<2 * (kSK - 1)>();
+      __syncthreads();
+      scores(kSK - 1, 0, 0);
+      __syncthreads();
+      update_max(gap);
     }
     int skipped = 0;
     unsigned history = 0;  // bit i: the tile visited i iterations ago was skipped

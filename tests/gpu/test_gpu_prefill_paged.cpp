@@ -142,10 +142,20 @@ TEST(GpuPrefillWindow, SlidingWindowMatchesReference) {
 }
 
 TEST(GpuPrefillWindow, WindowWithASkipThresholdIsRefused) {
+  alignas(16) static int dummy[4];
   PrefillArguments a;
+  a.q = a.k = a.v = a.out = dummy;
+  a.cu_seqlens_q = a.cu_seqlens_k = dummy;
+  a.num_heads_q = a.num_heads_kv = 1;
+  a.batch = a.max_seqlen_q = a.max_seqlen_k = 1;
+  a.total_q = a.total_k = 1;
   a.window = 512;
+  EXPECT_EQ(can_implement(a), "");
   a.threshold = Threshold::flat(1e-3);
-  EXPECT_NE(can_implement(a).find("sliding-window"), std::string::npos);
+  EXPECT_NE(can_implement(a).find("sliding-window"), std::string::npos) << can_implement(a);
+  a.threshold = Threshold::dense();
+  a.force_kernel = KernelChoice::kSkip;
+  EXPECT_NE(can_implement(a).find("sliding-window"), std::string::npos) << can_implement(a);
 }
 
 TEST(GpuPrefillPaged, PagedHistoryIsBitIdenticalToContiguousKv) {
