@@ -171,6 +171,19 @@ void Tokenizer::load_vocabulary(const gguf::File& file, bool add_bos_default) {
                            end_of_generation_.end());
 }
 
+std::unique_ptr<Tokenizer> load_tokenizer(const gguf::File& file) {
+  if (!file.find("tokenizer.ggml.model")) {
+    throw std::runtime_error(
+        "the GGUF file has no tokenizer (no metadata key tokenizer.ggml.model)");
+  }
+  const std::string& model = file.string("tokenizer.ggml.model");
+  if (model == "gpt2") return std::make_unique<BpeTokenizer>(BpeTokenizer::from_gguf(file));
+  if (model == "llama") return std::make_unique<SpmTokenizer>(SpmTokenizer::from_gguf(file));
+  throw std::runtime_error("tokenizer.ggml.model '" + model +
+                           "' is not supported: only 'gpt2' (byte-level BPE) and 'llama' "
+                           "(SentencePiece BPE) are implemented");
+}
+
 std::vector<std::string> BpeTokenizer::pre_tokenize(std::string_view text) {
   const std::vector<CodePoint> cps = code_points(text);
   std::vector<std::pair<std::size_t, std::size_t>> spans;
