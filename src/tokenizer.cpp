@@ -3,6 +3,7 @@
 #include <unicode/uchar.h>
 #include <unicode/utf8.h>
 
+#include <algorithm>
 #include <array>
 #include <limits>
 #include <stdexcept>
@@ -108,6 +109,81 @@ void gpt2_pieces(const std::vector<CodePoint>& cps, std::size_t b, std::size_t e
 
 }  // namespace
 
+bool Tokenizer::is_end_of_generation(std::int32_t id) const {
+  return std::binary_search(end_of_generation_.begin(), end_of_generation_.end(), id);
+}
+
+const std::string& Tokenizer::token(std::int32_t id) const {
+  if (id < 0 || static_cast<std::size_t>(id) >= tokens_.size()) {
+    throw std::runtime_error("token id " + std::to_string(id) + " is outside the vocabulary");
+  }
+  return tokens_[static_cast<std::size_t>(id)];
+}
+
+std::int32_t Tokenizer::find(std::string_view text) const {
+  const auto it = ids_.find(text);
+  return it == ids_.end() ? -1 : it->second;
+}
+
+bool Tokenizer::flag(const gguf::File& file, const std::string& key, bool default_value) {
+  const gguf::Value* v = file.find(key);
+  if (!v) return default_value;
+  const bool* b = std::get_if<bool>(v);
+  if (!b) throw std::runtime_error("metadata " + key + " is not a boolean");
+  return *b;
+}
+
+void Tokenizer::load_vocabulary(const gguf::File& file, bool add_bos_default) {
+  tokens_ = file.strings("tokenizer.ggml.tokens");
+  if (tokens_.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    throw std::runtime_error("tokenizer.ggml.tokens: too many tokens");
+  }
+  ids_.clear();
+  for (std::size_t i = 0; i < tokens_.size(); ++i) {
+    ids_.emplace(tokens_[i], static_cast<std::int32_t>(i));
+  }
+  const auto id = [&](const std::string& key, bool required) -> std::int32_t {
+    if (!required && !file.find(key)) return -1;
+    const std::int64_t v = file.integer(key);
+    if (v < 0 || static_cast<std::size_t>(v) >= tokens_.size()) {
+      throw std::runtime_error(key + " = " + std::to_string(v) + " is outside the vocabulary");
+    }
+    return static_cast<std::int32_t>(v);
+  };
+  bos_ = id("tokenizer.ggml.bos_token_id", true);
+  eos_ = id("tokenizer.ggml.eos_token_id", true);
+  unk_ = id("tokenizer.ggml.unknown_token_id", false);
+  add_bos_ = flag(file, "tokenizer.ggml.add_bos_token", add_bos_default);
+  add_eos_ = flag(file, "tokenizer.ggml.add_eos_token", false);
+
+  // GGUF names one eos; chat models end a turn with another token, which llama.cpp recognises by
+  // its text (or by tokenizer.ggml.eot_token_id / eom_token_id where a converter wrote them).
+  end_of_generation_ = {eos_};
+  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    if (const std::int32_t t = id(key, false); t >= 0) end_of_generation_.push_back(t);
+  }
+  for (const char* text : {"<end_of_turn>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>",
+                           "<|eom_id|>", "<|end|>", "<|end_of_text|>"}) {
+    if (const std::int32_t t = find(text); t >= 0) end_of_generation_.push_back(t);
+  }
+  std::sort(end_of_generation_.begin(), end_of_generation_.end());
+  end_of_generation_.erase(std::unique(end_of_generation_.begin(), end_of_generation_.end()),
+                           end_of_generation_.end());
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const gguf::File& file) {
+  if (!file.find("tokenizer.ggml.model")) {
+    throw std::runtime_error(
+        "the GGUF file has no tokenizer (no metadata key tokenizer.ggml.model)");
+  }
+  const std::string& model = file.string("tokenizer.ggml.model");
+  if (model == "gpt2") return std::make_unique<BpeTokenizer>(BpeTokenizer::from_gguf(file));
+  if (model == "llama") return std::make_unique<SpmTokenizer>(SpmTokenizer::from_gguf(file));
+  throw std::runtime_error("tokenizer.ggml.model '" + model +
+                           "' is not supported: only 'gpt2' (byte-level BPE) and 'llama' "
+                           "(SentencePiece BPE) are implemented");
+}
+
 std::vector<std::string> BpeTokenizer::pre_tokenize(std::string_view text) {
   const std::vector<CodePoint> cps = code_points(text);
   std::vector<std::pair<std::size_t, std::size_t>> spans;
@@ -129,16 +205,12 @@ BpeTokenizer BpeTokenizer::from_gguf(const gguf::File& file) {
   const std::string model = file.string("tokenizer.ggml.model");
   if (model != "gpt2") {
     throw std::runtime_error("tokenizer.ggml.model is '" + model +
-                             "': only byte-level BPE ('gpt2') is implemented");
+                             "': not byte-level BPE ('gpt2')");
   }
   BpeTokenizer t;
-  t.tokens_ = file.strings("tokenizer.ggml.tokens");
-  if (t.tokens_.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
-    throw std::runtime_error("tokenizer.ggml.tokens: too many tokens");
-  }
-  for (std::size_t i = 0; i < t.tokens_.size(); ++i) {
-    t.ids_.emplace(t.tokens_[i], static_cast<std::int32_t>(i));
-  }
+  // Vocabularies may lack the symbols of bytes that never occur in text (SmolLM2 lacks some
+  // control bytes): such a byte encodes as the unknown token.
+  t.load_vocabulary(file, /*add_bos_default=*/false);
   const std::vector<std::string>& merges = file.strings("tokenizer.ggml.merges");
   for (std::size_t r = 0; r < merges.size(); ++r) {
     if (merges[r].find(' ') == std::string::npos) {
@@ -147,13 +219,6 @@ BpeTokenizer BpeTokenizer::from_gguf(const gguf::File& file) {
     }
     t.merge_rank_.emplace(merges[r], static_cast<std::int32_t>(r));
   }
-  // Vocabularies may lack the symbols of bytes that never occur in text (SmolLM2 lacks some
-  // control bytes): such a byte encodes as the unknown token.
-  if (file.find("tokenizer.ggml.unknown_token_id")) {
-    t.unk_ = static_cast<std::int32_t>(file.integer("tokenizer.ggml.unknown_token_id"));
-  }
-  t.bos_ = static_cast<std::int32_t>(file.integer("tokenizer.ggml.bos_token_id"));
-  t.eos_ = static_cast<std::int32_t>(file.integer("tokenizer.ggml.eos_token_id"));
   return t;
 }
 
@@ -215,10 +280,7 @@ std::string BpeTokenizer::decode(const std::vector<std::int32_t>& ids) const {
   }();
   std::string out;
   for (std::int32_t id : ids) {
-    if (id < 0 || static_cast<std::size_t>(id) >= tokens_.size()) {
-      throw std::runtime_error("token id " + std::to_string(id) + " is outside the vocabulary");
-    }
-    const std::string& tok = tokens_[static_cast<std::size_t>(id)];
+    const std::string& tok = token(id);
     const auto* s = reinterpret_cast<const std::uint8_t*>(tok.data());
     const auto n = static_cast<std::int32_t>(tok.size());
     for (std::int32_t i = 0; i < n;) {
