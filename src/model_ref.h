@@ -13,7 +13,9 @@
 
 namespace skipsoftmax {
 
-// Post-RoPE queries and keys and the values of one layer, as the attention kernels see them.
+// Post-RoPE queries and keys and the values of one layer, as the attention kernels see them
+// (unscaled). head_dim is in transformers' half-split rotary order, rotary pair i at (i, i +
+// head_dim / 2), for Llama files too: their Q/K rows, stored with adjacent pairs, are un-permuted.
 struct LayerCapture {
   int layer = 0;
   std::vector<float> q;  // [tokens, heads_q, head_dim]
@@ -28,8 +30,8 @@ struct CpuForwardOptions {
 };
 
 struct CpuForwardResult {
-  std::vector<float> logits;  // [tokens or 1, vocab]
-  std::vector<LayerCapture> captures;
+  std::vector<float> logits;           // [tokens or 1, vocab]
+  std::vector<LayerCapture> captures;  // in layer order
 };
 
 // One causal forward pass over `tokens` (the BOS token included by the caller if wanted), with
