@@ -1,16 +1,21 @@
 // The paged decode kernel: one new query token per sequence, every query head of a GQA group in
 // one CTA, so that each K/V byte is read once. Its skip-softmax twin stops reading V.
 //
-// A CTA (128 threads, 4 warps) owns one (sequence, KV head, split) and walks the split's KV tiles
-// of kTileK = 64 keys in order. The group's g <= 16 query rows are the M = 16 rows of
-// mma.sync.m16n8k16 (rows past g are zero and never vote). Per tile t:
-//   1. K of tile t + kStagesK - 1 is requested (cp.async, zero-filled past the sequence);
-//   2. S_t = Q K_t^T, each warp 16 keys; scores past the sequence are -inf; S_t is kept in shared
-//      memory for the P V that runs kLookahead tiles later;
-//   3. skip kernel: the vote. Tile t is skipped when every row r < g has
-//      rowmax_t(r) - max(m_run(r), rowmax_t(r)) < ln(lambda) (raw scores: log2(lambda) / scale_log2);
+// A CTA owns one (sequence, KV head, split) and walks the split's KV tiles of kTileK = 64 keys in
+// order. The group's g <= 16 query rows are the M = 16 rows of mma.sync.m16n8k16 (rows past g
+// are zero and never vote). Each of the 4 key slices of a tile (16 keys) belongs to one warp (per
+// 128 output columns: head dim 256 runs 8 warps, two column groups), which keeps its scores, its
+// P and its partial O and row sums in registers; the slices are summed once, at the end. Per
+// tile t, with three barriers:
+//   1. K of tile t + 2 is requested (cp.async, zero-filled past the sequence); K of tile t and V
+//      of tile t - 2 are awaited;
+//   2. S_t = Q K_t^T for the warp's 16 keys; scores past the sequence are -inf; row maxima to
+//      shared memory;
+//   3. the running maximum m_run moves; skip kernel: the vote. Tile t is skipped when every row
+//      r < g has rowmax_t(r) - max(m_run(r), rowmax_t(r)) < ln(lambda) (in raw scores:
+//      log2(lambda) / scale_log2);
 //   4. V of tile t is requested only if the tile is kept: a skipped tile's V is never read;
-//   5. P V of tile t - kLookahead, whose V has had kLookahead tiles of time to arrive.
+//   5. P V of tile t - 2 (its scores kept in registers), whose V has had two tiles to arrive.
 // The running maximum m_run covers every tile of the split visited so far (a skipped tile never
 // raises it), and in a skip launch every split but the first starts from the row maxima of tile
 // 0, the attention sink (its K is read once more; it adds nothing to O or l). O and l are kept
@@ -31,8 +36,7 @@ namespace skipsoftmax::decode {
 
 inline constexpr int kTileK = 64;     // keys per KV tile: the vote unit with the GQA group
 inline constexpr int kMaxGroup = 16;  // query heads per KV head: the rows of one m16 MMA
-inline constexpr int kThreads = 128;
-inline constexpr int kWarps = kThreads / 32;
+inline constexpr int kKeySlices = 4;  // warps across a tile's keys, 16 keys each
 
 struct Params {
   const void* q;          // [batch, Hq, D]
@@ -55,29 +59,28 @@ struct Params {
 
 template <int kHeadDim>
 struct Config {
-  static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per key row
-  static constexpr int kStagesK = 3;            // K requested two tiles ahead
-  static constexpr int kLookahead = 2;          // P V runs two tiles behind the vote
-  static constexpr int kStagesV = kLookahead + 1;
-  static constexpr int kColsPerWarp = kHeadDim / kWarps;  // O columns of one warp
+  static constexpr int kChunks = kHeadDim / 8;                     // 16-byte chunks per key row
+  static constexpr int kColGroups = kHeadDim > 128 ? 2 : 1;        // O column groups
+  static constexpr int kCols = kHeadDim / kColGroups;              // O columns of one warp
+  static constexpr int kWarps = kKeySlices * kColGroups;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kStages = 3;  // K two tiles ahead of the vote, P V two tiles behind it
 };
 
 template <int kHeadDim>
 struct alignas(128) SharedStorage {
   using Cfg = Config<kHeadDim>;
   // Tiles are [kTileK][kHeadDim] with the 16-byte chunk c of row r at c ^ (r % 8): ldmatrix
-  // reads 8 rows of one chunk column without bank conflicts.
-  std::uint16_t k[Cfg::kStagesK][kTileK * kHeadDim];
-  std::uint16_t v[Cfg::kStagesV][kTileK * kHeadDim];
-  // Raw scores of the tiles awaiting P V; rows padded by 4 floats against bank conflicts.
-  float s[Cfg::kStagesV][kMaxGroup][kTileK + 4];
-  std::uint16_t p[kMaxGroup * kTileK];        // P of one tile, swizzled like the tiles
-  float warp_max[kWarps][kMaxGroup];
+  // reads 8 rows of one chunk column without bank conflicts. After the loop the K stages hold
+  // the key slices' partial outputs, [kKeySlices][kMaxGroup][kHeadDim] floats.
+  std::uint16_t k[Cfg::kStages][kTileK * kHeadDim];
+  std::uint16_t v[Cfg::kStages][kTileK * kHeadDim];
+  float warp_max[kKeySlices][kMaxGroup];
   float m_run[kMaxGroup];  // running maximum over the split's tiles so far (raw scores)
-  float m_ref[kMaxGroup];  // the maximum O and l are relative to
-  float l[kMaxGroup];
-  float corr[kMaxGroup];  // O's rescale factor for the current P V
+  float l[kKeySlices][kMaxGroup];  // the key slices' partial row sums
 };
+static_assert(sizeof(float) * kKeySlices * kMaxGroup * 256 <= 3 * kTileK * 256 * 2,
+              "the partial outputs fit the K stages");
 
 __device__ __forceinline__ int swizzle(int row, int chunk) { return chunk ^ (row & 7); }
 
@@ -92,13 +95,17 @@ template <bool kBf16, int kHeadDim, bool kSkip>
 struct DecodeCta {
   using Cfg = Config<kHeadDim>;
   static constexpr float kNegInf = -__builtin_huge_valf();
+  static constexpr int kThreads = Cfg::kThreads;
 
   const Params& p;
   SharedStorage<kHeadDim>& s;
   int seq, kv_head, split, kv_len, tile_begin, n_tiles;
   int tid, warp, lane;
-  std::uint32_t qa[kHeadDim / 16][4];         // Q as A fragments, one group per 16 dims
-  float o[Cfg::kColsPerWarp / 8][4] = {};     // this warp's O columns, C-fragment layout
+  int slice, col0;                      // this warp's 16 keys of a tile, its first O column
+  std::uint32_t qa[kHeadDim / 16][4];   // Q as A fragments, one group per 16 dims
+  float o[Cfg::kCols / 8][4] = {};      // partial O: rows r0, r0 + 8 of this warp's columns
+  float m_ref[2] = {kNegInf, kNegInf};  // the maximum o and l are relative to, rows r0, r0 + 8
+  float l[2] = {0.f, 0.f};              // partial row sums over this thread's keys
 
   __device__ const std::uint16_t* kv_row(const void* pages, int token) const {
     const int page = __ldg(p.page_table + seq * p.max_pages_per_seq + (token >> p.page_shift));
@@ -147,12 +154,17 @@ struct DecodeCta {
     }
   }
 
-  // S of one tile: this warp's 16 keys, masked; stored to `slot`, row maxima to warp_max.
-  __device__ void scores(int stage, int slot, int tile) {
-    float acc[2][4] = {};
+  // S of this warp's 16 keys of one tile, masked (C fragments of two n8 blocks); the first column
+  // group publishes the row maxima.
+  __device__ void scores(int stage, int tile, float (&acc)[2][4]) {
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nb][e] = 0.f;
+    }
     const std::uint16_t* k = s.k[stage];
     const int mi = lane / 8;
-    const int key = 16 * warp + 8 * (mi / 2) + lane % 8;
+    const int key = 16 * slice + 8 * (mi / 2) + lane % 8;
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       std::uint32_t b[4];
@@ -165,189 +177,195 @@ struct DecodeCta {
 #pragma unroll
     for (int nb = 0; nb < 2; ++nb) {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int row = r0 + 8 * i;
-        const int col = 16 * warp + 8 * nb + 2 * (lane % 4);
-        float x0 = acc[nb][2 * i], x1 = acc[nb][2 * i + 1];
-        if (row >= p.group || tile * kTileK + col >= kv_len) x0 = kNegInf;
-        if (row >= p.group || tile * kTileK + col + 1 >= kv_len) x1 = kNegInf;
-        *reinterpret_cast<float2*>(&s.s[slot][row][col]) = make_float2(x0, x1);
-        mx[i] = fmaxf(mx[i], fmaxf(x0, x1));
+      for (int e = 0; e < 4; ++e) {
+        const int row = r0 + 8 * (e / 2);
+        const int key_index = tile * kTileK + 16 * slice + 8 * nb + 2 * (lane % 4) + e % 2;
+        if (row >= p.group || key_index >= kv_len) acc[nb][e] = kNegInf;
+        mx[e / 2] = fmaxf(mx[e / 2], acc[nb][e]);
       }
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 1));
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 2));
-      if (lane % 4 == 0) s.warp_max[warp][r0 + 8 * i] = mx[i];
+      if (col0 == 0 && lane % 4 == 0) s.warp_max[slice][r0 + 8 * i] = mx[i];
     }
   }
 
-  // After scores() and a barrier: the tile's row maxima update m_run; returns whether row `tid`
+  // After scores() and a barrier: the tile's row maxima move m_run; returns whether row `tid`
   // (for tid < group) votes skip at raw-score gap `gap`.
   __device__ bool update_max(float gap) {
     if (tid >= p.group) return true;
     float mx = s.warp_max[0][tid];
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, s.warp_max[w][tid]);
+    for (int w = 1; w < kKeySlices; ++w) mx = fmaxf(mx, s.warp_max[w][tid]);
     const float m_old = s.m_run[tid];
     s.m_run[tid] = fmaxf(m_old, mx);
     return mx == kNegInf || mx - fmaxf(m_old, mx) < gap;
   }
 
-  // P = exp2((S - m_ref) * scale_log2) of the tile in `slot`, the row sums and the rescale of O,
-  // with m_ref caught up with m_run. Eight threads a row, eight keys each.
-  __device__ void probabilities(int slot) {
-    const int row = tid / 8, chunk = tid % 8;
-    float corr = 1.f, sum = 0.f;
-    float x[8] = {};
-    float m_new = kNegInf;
-    if (row < p.group) {
-      m_new = s.m_run[row];
-      const float m_ref = s.m_ref[row];
-      corr = m_ref == kNegInf ? 0.f : hopper::fast_exp2((m_ref - m_new) * p.scale_log2);
-      const float ms = m_new * p.scale_log2;
-      const float4 lo = *reinterpret_cast<const float4*>(&s.s[slot][row][8 * chunk]);
-      const float4 hi = *reinterpret_cast<const float4*>(&s.s[slot][row][8 * chunk + 4]);
-      const float raw[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  // O += P V for this warp's keys and columns, with P = exp2((S - m_run) * scale_log2) from the
+  // scores `acc` of a tile that V stage `stage` holds; o and l are first rescaled to the new m_run.
+  __device__ void accumulate(int stage, const float (&acc)[2][4]) {
+    const int r0 = lane / 4;
+    float pr[2][4];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        x[e] = hopper::fast_exp2(fmaf(raw[e], p.scale_log2, -ms));
-        sum += x[e];
-      }
-    }
-    uint4 packed;
-    packed.x = hopper::pack_half2<kBf16>(x[0], x[1]);
-    packed.y = hopper::pack_half2<kBf16>(x[2], x[3]);
-    packed.z = hopper::pack_half2<kBf16>(x[4], x[5]);
-    packed.w = hopper::pack_half2<kBf16>(x[6], x[7]);
-    *reinterpret_cast<uint4*>(s.p + row * kTileK + swizzle(row, chunk) * 8) = packed;
-    sum += __shfl_xor_sync(0xffffffff, sum, 1);
-    sum += __shfl_xor_sync(0xffffffff, sum, 2);
-    sum += __shfl_xor_sync(0xffffffff, sum, 4);
-    if (chunk == 0) {
-      s.corr[row] = corr;
+    for (int i = 0; i < 2; ++i) {
+      const int row = r0 + 8 * i;
+      float corr = 1.f, sum = 0.f;
       if (row < p.group) {
-        s.l[row] = s.l[row] * corr + sum;
-        s.m_ref[row] = m_new;
+        const float m_new = s.m_run[row];
+        corr = m_ref[i] == kNegInf ? 0.f : hopper::fast_exp2((m_ref[i] - m_new) * p.scale_log2);
+        m_ref[i] = m_new;
+        const float ms = m_new * p.scale_log2;
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            pr[nb][2 * i + e] = hopper::fast_exp2(fmaf(acc[nb][2 * i + e], p.scale_log2, -ms));
+            sum += pr[nb][2 * i + e];
+          }
+        }
+      } else {
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb) pr[nb][2 * i] = pr[nb][2 * i + 1] = 0.f;
+      }
+      l[i] = l[i] * corr + sum;
+#pragma unroll
+      for (int nb = 0; nb < Cfg::kCols / 8; ++nb) {
+        o[nb][2 * i] *= corr;
+        o[nb][2 * i + 1] *= corr;
       }
     }
-  }
-
-  // O (this warp's columns) = O * corr + P V.
-  __device__ void accumulate(int stage) {
-    const float c_lo = s.corr[lane / 4], c_hi = s.corr[lane / 4 + 8];
-#pragma unroll
-    for (int nb = 0; nb < Cfg::kColsPerWarp / 8; ++nb) {
-      o[nb][0] *= c_lo;
-      o[nb][1] *= c_lo;
-      o[nb][2] *= c_hi;
-      o[nb][3] *= c_hi;
-    }
+    // The C fragments of two n8 blocks are the A fragment of one k16 step.
+    const std::uint32_t a[4] = {hopper::pack_half2<kBf16>(pr[0][0], pr[0][1]),
+                                hopper::pack_half2<kBf16>(pr[0][2], pr[0][3]),
+                                hopper::pack_half2<kBf16>(pr[1][0], pr[1][1]),
+                                hopper::pack_half2<kBf16>(pr[1][2], pr[1][3])};
     const std::uint16_t* v = s.v[stage];
     const int mi = lane / 8;
+    const int key = 16 * slice + 8 * (mi % 2) + lane % 8;
 #pragma unroll
-    for (int kk = 0; kk < kTileK / 16; ++kk) {
-      std::uint32_t a[4];
-      const int prow = 8 * (mi % 2) + lane % 8;
-      hopper::ldmatrix_x4(a, s.p + prow * kTileK + swizzle(prow, 2 * kk + mi / 2) * 8);
-      const int key = 16 * kk + 8 * (mi % 2) + lane % 8;
-#pragma unroll
-      for (int nb = 0; nb < Cfg::kColsPerWarp / 8; nb += 2) {
-        const int chunk = (warp * Cfg::kColsPerWarp) / 8 + nb + mi / 2;
-        std::uint32_t b[4];
-        hopper::ldmatrix_x4_trans(b, v + key * kHeadDim + swizzle(key, chunk) * 8);
-        hopper::mma_16816<kBf16>(o[nb], a, b[0], b[1]);
-        hopper::mma_16816<kBf16>(o[nb + 1], a, b[2], b[3]);
-      }
+    for (int nb = 0; nb < Cfg::kCols / 8; nb += 2) {
+      const int chunk = col0 / 8 + nb + mi / 2;
+      std::uint32_t b[4];
+      hopper::ldmatrix_x4_trans(b, v + key * kHeadDim + swizzle(key, chunk) * 8);
+      hopper::mma_16816<kBf16>(o[nb], a, b[0], b[1]);
+      hopper::mma_16816<kBf16>(o[nb + 1], a, b[2], b[3]);
     }
   }
 
   // The split's tiles in order. kVote: take the skip vote. Returns the number of tiles skipped.
-  // Every iteration commits two cp.async groups (K ahead, then this tile's V, either possibly
+  // Every iteration commits two cp.async groups (K two ahead, then this tile's V; either may be
   // empty), so the waits count the same on every path.
   template <bool kVote>
   __device__ int mainloop(float gap) {
-    constexpr int kSK = Cfg::kStagesK, kD = Cfg::kLookahead;
+    constexpr int kStages = Cfg::kStages;
     // Voting splits after the first start from the sink: tile 0's row maxima seed m_run (not O,
     // l or the tile counts), so that a split's far-field tiles meet the maximum they would meet
     // in one long pass. Its K goes to the stage the loop fills last.
     const bool seed = kVote && tile_begin > 0 && n_tiles > 0;
-    if (seed) load_tile(s.k[kSK - 1], p.k_pages, 0);
+    if (seed) load_tile(s.k[kStages - 1], p.k_pages, 0);
     hopper::cp_async_commit();
-    for (int j = 0; j < kSK - 1; ++j) {
+    for (int j = 0; j < kStages - 1; ++j) {
       if (j < n_tiles) load_tile(s.k[j], p.k_pages, tile_begin + j);
       hopper::cp_async_commit();
       hopper::cp_async_commit();
     }
     if (seed) {
-      hopper::cp_async_wait<2 * (kSK - 1)>();
+      float sink[2][4];
+      hopper::cp_async_wait<2 * (kStages - 1)>();
       __syncthreads();
-      scores(kSK - 1, 0, 0);
+      scores(kStages - 1, 0, sink);
       __syncthreads();
       update_max(gap);
     }
     int skipped = 0;
     unsigned history = 0;  // bit i: the tile visited i iterations ago was skipped
-    for (int t = 0; t < n_tiles + kD; ++t) {
-      if (t + kSK - 1 < n_tiles) {
-        load_tile(s.k[(t + kSK - 1) % kSK], p.k_pages, tile_begin + t + kSK - 1);
-      }
+    float s1[2][4], s2[2][4];  // scores of the tiles visited one and two iterations ago
+    for (int t = 0; t < n_tiles + 2; ++t) {
+      if (t + 2 < n_tiles) load_tile(s.k[(t + 2) % kStages], p.k_pages, tile_begin + t + 2);
       hopper::cp_async_commit();
+      // K of tile t and V of tile t - 2 have landed: only K t + 1, V t - 1 and K t + 2 may not.
+      hopper::cp_async_wait<3>();
+      __syncthreads();
       bool skip = false;
+      float s0[2][4];
       if (t < n_tiles) {
-        hopper::cp_async_wait<2 * kSK - 2>();
-        __syncthreads();
-        scores(t % kSK, t % Cfg::kStagesV, tile_begin + t);
+        scores(t % kStages, tile_begin + t, s0);
         __syncthreads();
         const bool vote = update_max(gap);
         if constexpr (kVote) {
           skip = __syncthreads_and(vote);
           skipped += skip;
+        } else {
+          __syncthreads();  // m_run moved: P V below reads it
         }
-        if (!skip) load_tile(s.v[t % Cfg::kStagesV], p.v_pages, tile_begin + t);
+        if (!skip) load_tile(s.v[t % kStages], p.v_pages, tile_begin + t);
       }
       hopper::cp_async_commit();
       history = (history << 1) | (skip ? 1u : 0u);
-      const int u = t - kD;
-      if (u >= 0 && !(history & (1u << kD))) {
-        hopper::cp_async_wait<2 * kD>();
-        __syncthreads();
-        probabilities(u % Cfg::kStagesV);
-        __syncthreads();
-        accumulate(u % Cfg::kStagesV);
+      if (t >= 2 && !(history & 4u)) accumulate((t - 2) % kStages, s2);
+#pragma unroll
+      for (int nb = 0; nb < 2; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s2[nb][e] = s1[nb][e];
+          s1[nb][e] = s0[nb][e];
+        }
       }
     }
     return skipped;
   }
 
+  // Sums the key slices' partial outputs and row sums, normalizes, and writes the output (one
+  // split) or the split's output and log2-sum-exp.
   __device__ void store(int skipped) {
-    __syncthreads();
+    hopper::cp_async_wait<0>();
+    __syncthreads();  // every warp is done with the stages
+    auto* red = reinterpret_cast<float*>(s.k);  // [kKeySlices][kMaxGroup][kHeadDim]
     const int r0 = lane / 4;
-    const bool split_out = p.num_splits > 1;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int row = r0 + 8 * i;
-      if (row >= p.group) continue;
-      const float l = s.l[row];
-      const float inv = l > 0.f ? 1.f / l : 0.f;
+      float li = l[i];
+      li += __shfl_xor_sync(0xffffffff, li, 1);
+      li += __shfl_xor_sync(0xffffffff, li, 2);
+      if (col0 == 0 && lane % 4 == 0) s.l[slice][r0 + 8 * i] = li;
+#pragma unroll
+      for (int nb = 0; nb < Cfg::kCols / 8; ++nb) {
+        const int col = col0 + 8 * nb + 2 * (lane % 4);
+        *reinterpret_cast<float2*>(&red[(slice * kMaxGroup + r0 + 8 * i) * kHeadDim + col]) =
+            make_float2(o[nb][2 * i], o[nb][2 * i + 1]);
+      }
+    }
+    __syncthreads();
+    const bool split_out = p.num_splits > 1;
+    // Thread t of the CTA writes columns 2 (t % (D / 2)) + {0, 1} of rows t / (D / 2) + k R.
+    constexpr int kPairs = kHeadDim / 2, kRowStep = kThreads / kPairs;
+    const int col = 2 * (tid % kPairs);
+    for (int row = tid / kPairs; row < p.group; row += kRowStep) {
+      float sum = 0.f, x0 = 0.f, x1 = 0.f;
+#pragma unroll
+      for (int k = 0; k < kKeySlices; ++k) {
+        sum += s.l[k][row];
+        const float2 part =
+            *reinterpret_cast<const float2*>(&red[(k * kMaxGroup + row) * kHeadDim + col]);
+        x0 += part.x;
+        x1 += part.y;
+      }
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
       const std::int64_t head_row =
           static_cast<std::int64_t>(seq) * p.num_heads_q + kv_head * p.group + row;
-#pragma unroll
-      for (int nb = 0; nb < Cfg::kColsPerWarp / 8; ++nb) {
-        const int col = warp * Cfg::kColsPerWarp + 8 * nb + 2 * (lane % 4);
-        const float x0 = o[nb][2 * i] * inv, x1 = o[nb][2 * i + 1] * inv;
-        if (split_out) {
-          float* dst = p.partial_o + (head_row * p.num_splits + split) * kHeadDim + col;
-          *reinterpret_cast<float2*>(dst) = make_float2(x0, x1);
-        } else {
-          auto* dst = static_cast<std::uint32_t*>(p.out) + (head_row * kHeadDim + col) / 2;
-          *dst = hopper::pack_half2<kBf16>(x0, x1);
+      if (split_out) {
+        float* dst = p.partial_o + (head_row * p.num_splits + split) * kHeadDim + col;
+        *reinterpret_cast<float2*>(dst) = make_float2(x0 * inv, x1 * inv);
+        if (col == 0) {
+          p.partial_lse[head_row * p.num_splits + split] =
+              sum > 0.f ? s.m_run[row] * p.scale_log2 + __log2f(sum) : kNegInf;
         }
-      }
-      if (split_out && warp == 0 && lane % 4 == 0) {
-        p.partial_lse[head_row * p.num_splits + split] =
-            l > 0.f ? s.m_ref[row] * p.scale_log2 + __log2f(l) : kNegInf;
+      } else {
+        auto* dst = static_cast<std::uint32_t*>(p.out) + (head_row * kHeadDim + col) / 2;
+        *dst = hopper::pack_half2<kBf16>(x0 * inv, x1 * inv);
       }
     }
     if (kSkip && p.stats != nullptr && tid == 0 && n_tiles > 0) {
@@ -360,11 +378,9 @@ struct DecodeCta {
     tid = threadIdx.x;
     warp = tid / 32;
     lane = tid % 32;
-    if (tid < kMaxGroup) {
-      s.m_run[tid] = kNegInf;
-      s.m_ref[tid] = kNegInf;
-      s.l[tid] = 0.f;
-    }
+    slice = warp % kKeySlices;
+    col0 = (warp / kKeySlices) * Cfg::kCols;
+    if (tid < kMaxGroup) s.m_run[tid] = kNegInf;
     load_q();
     int tile_end;
     split_range((kv_len + kTileK - 1) / kTileK, p.num_splits, split, tile_begin, tile_end);
@@ -386,7 +402,8 @@ struct DecodeCta {
 };
 
 template <bool kBf16, int kHeadDim, bool kSkip>
-__global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(Config<kHeadDim>::kThreads)
+    decode_kernel(const __grid_constant__ Params p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<kHeadDim>*>(smem_raw);
   DecodeCta<kBf16, kHeadDim, kSkip> cta{p, s};

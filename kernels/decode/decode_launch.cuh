@@ -23,7 +23,7 @@ void launch(const Params& params, int batch, cudaStream_t stream) {
   check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                "cudaFuncSetAttribute");
   const dim3 grid(params.num_splits, params.num_heads_kv, batch);
-  kernel<<<grid, kThreads, kSmem, stream>>>(params);
+  kernel<<<grid, Config<kHeadDim>::kThreads, kSmem, stream>>>(params);
   check_launch(cudaGetLastError(), "launch");
   if (params.num_splits > 1) {
     combine_kernel<kBf16, kHeadDim><<<batch * params.num_heads_q, kHeadDim, 0, stream>>>(params);
