@@ -1,0 +1,44 @@
+// The scores of one (rows x KV tile) block in float64, shared by the CPU reference and the CPU
+// calibration pass: both must see bit-identical scores so that calibration's critical lambdas
+// reproduce the reference's skip decisions exactly.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace skipsoftmax {
+
+inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// NaN-propagating maximum: a NaN score must poison its row, not vanish in std::max.
+inline double nan_max(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
+  return a > b ? a : b;
+}
+
+// acc[j] = sum_d q[d] * kt[d][j] in index order of d, vectorized across j: each acc[j] is summed
+// in the same order as a scalar dot product, so the result does not depend on the vector width.
+// kt: [head_dim][stride], the key tile transposed.
+void dot_rows(const double* q, const double* kt, int head_dim, int cols, int stride, double* acc);
+
+// Scaled scores of KV tile t for `rows` query rows: s[r * stride + j] = (q(r) . k_j) * scale, or
+// -inf where visible(r, t, j) is false; rowmax[r] is the row's maximum over the tile (-inf when
+// nothing is visible, NaN when a visible score is NaN).
+template <typename QRow, typename Visible>
+void score_tile(int rows, int cols, int head_dim, int stride, double scale, std::int64_t t,
+                const QRow& q, const double* kt, const Visible& visible, double* s,
+                double* rowmax) {
+  for (int r = 0; r < rows; ++r) {
+    double* sr = s + static_cast<std::ptrdiff_t>(r) * stride;
+    dot_rows(q(r), kt, head_dim, cols, stride, sr);
+    double mx = kNegInf;
+    for (int j = 0; j < cols; ++j) {
+      sr[j] = visible(r, t, j) ? sr[j] * scale : kNegInf;
+      mx = nan_max(mx, sr[j]);
+    }
+    rowmax[r] = mx;
+  }
+}
+
+}  // namespace skipsoftmax
