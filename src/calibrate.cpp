@@ -9,6 +9,7 @@
 
 #include "file_io.h"
 #include "sha256.h"
+#include "skipsoftmax/paged_kv.h"
 
 namespace skipsoftmax {
 namespace {
@@ -175,7 +176,7 @@ DecodeSteps capture_decode_steps(const LayerCapture& c, const ModelConfig& m, st
   PagedKvCache& kv = p.kv;
   kv.k_pages = c.k.data();
   kv.v_pages = c.v.empty() ? nullptr : c.v.data();
-  kv.page_size = 16;
+  kv.page_size = kMinPageSize;
   kv.num_pages = (n + kv.page_size - 1) / kv.page_size;
   kv.max_pages_per_seq = static_cast<int>(kv.num_pages);
   for (int s = 0; s < steps; ++s) {

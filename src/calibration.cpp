@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "parallel.h"
 #include "tile_scores.h"
@@ -17,10 +18,6 @@ struct RowTile {
   double max = kNegInf;
   double sum = 0.0;
 };
-
-double resolve_scale(const std::optional<double>& scale, int head_dim) {
-  return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
-}
 
 // Scratch of one thread: a rows x tile_k score block and the transposed key tile.
 struct Scratch {
@@ -100,13 +97,17 @@ void validate_stats_options(const StatsOptions& opt) {
   check(opt.num_splits > 0, "num_splits must be positive");
 }
 
-TileStats empty_stats(const std::vector<StatsItem>& items, KvOrder order, int tile_k,
-                      std::size_t batch) {
+}  // namespace
+
+namespace {
+
+// Zeroed per-tile arrays for the items, which end at the total tile count.
+TileStats layout_of(std::vector<StatsItem> items, KvOrder order, int tile_k, std::size_t batch) {
   TileStats st;
   st.order = order;
   st.tile_k = tile_k;
-  st.items = items;
-  const std::int64_t n = items.empty() ? 0 : items.back().offset + items.back().tile_count;
+  st.items = std::move(items);
+  const std::int64_t n = st.items.empty() ? 0 : st.items.back().offset + st.items.back().tile_count;
   st.log_crit.assign(static_cast<std::size_t>(n), 0.0);
   st.mass.assign(static_cast<std::size_t>(n), 0.0);
   st.kv_len.assign(batch, 0);
@@ -116,7 +117,7 @@ TileStats empty_stats(const std::vector<StatsItem>& items, KvOrder order, int ti
 
 }  // namespace
 
-std::vector<StatsItem> prefill_stats_items(const PrefillProblem& p, const TileShape& tiles) {
+TileStats prefill_stats_layout(const PrefillProblem& p, const TileShape& tiles) {
   std::vector<StatsItem> items;
   std::int64_t offset = 0;
   for (std::size_t b = 0; b + 1 < p.cu_seqlens_q.size(); ++b) {
@@ -132,10 +133,13 @@ std::vector<StatsItem> prefill_stats_items(const PrefillProblem& p, const TileSh
       }
     }
   }
-  return items;
+  const std::size_t batch = p.cu_seqlens_q.size() - 1;
+  TileStats st = layout_of(std::move(items), tiles.order, tiles.tile_k, batch);
+  for (std::size_t b = 0; b < batch; ++b) st.kv_len[b] = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+  return st;
 }
 
-std::vector<StatsItem> decode_stats_items(const DecodeProblem& p, int tile_k, int num_splits) {
+TileStats decode_stats_layout(const DecodeProblem& p, int tile_k, int num_splits) {
   std::vector<StatsItem> items;
   std::int64_t offset = 0;
   for (std::size_t b = 0; b < p.kv.seq_lens.size(); ++b) {
@@ -149,7 +153,9 @@ std::vector<StatsItem> decode_stats_items(const DecodeProblem& p, int tile_k, in
       }
     }
   }
-  return items;
+  TileStats st = layout_of(std::move(items), KvOrder::kForward, tile_k, p.kv.seq_lens.size());
+  st.kv_len = p.kv.seq_lens;
+  return st;
 }
 
 TileStats prefill_tile_stats(const PrefillProblem& problem, const StatsOptions& opt) {
@@ -159,10 +165,8 @@ TileStats prefill_tile_stats(const PrefillProblem& problem, const StatsOptions& 
   validate_stats_options(opt);
   const int hq = p.num_heads_q, hkv = p.num_heads_kv, dim = p.head_dim;
   const int tq = opt.tiles.tile_q, tk = opt.tiles.tile_k, group = hq / hkv;
-  const double scale = resolve_scale(p.softmax_scale, dim);
-  const std::size_t batch = p.cu_seqlens_q.size() - 1;
-  TileStats st = empty_stats(prefill_stats_items(p, opt.tiles), opt.tiles.order, tk, batch);
-  for (std::size_t b = 0; b < batch; ++b) st.kv_len[b] = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+  const double scale = softmax_scale_or_default(p.softmax_scale, dim);
+  TileStats st = prefill_stats_layout(p, opt.tiles);
 
   // The longest items first, as the reference hands them out.
   std::vector<std::size_t> order(st.items.size());
@@ -221,10 +225,9 @@ TileStats decode_tile_stats(const DecodeProblem& problem, const StatsOptions& op
   const int hq = p.num_heads_q, hkv = p.num_heads_kv, dim = p.head_dim;
   const int group = hq / hkv, tk = opt.tiles.tile_k, splits = opt.num_splits;
   const PagedKvCache& kv = p.kv;
-  const double scale = resolve_scale(p.softmax_scale, dim);
+  const double scale = softmax_scale_or_default(p.softmax_scale, dim);
   const std::size_t batch = kv.seq_lens.size();
-  TileStats st = empty_stats(decode_stats_items(p, tk, splits), KvOrder::kForward, tk, batch);
-  st.kv_len = kv.seq_lens;
+  TileStats st = decode_stats_layout(p, tk, splits);
 
   // One work unit per (sequence, KV head): its splits' items are consecutive, so their tiles form
   // one contiguous range whose rows share a mass denominator.

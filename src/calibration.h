@@ -67,9 +67,10 @@ struct StatsOptions {
   int num_threads = 0;  // 0: all hardware threads
 };
 
-// The items of a problem, with their offsets; the last item ends at the total tile count.
-std::vector<StatsItem> prefill_stats_items(const PrefillProblem& p, const TileShape& tiles);
-std::vector<StatsItem> decode_stats_items(const DecodeProblem& p, int tile_k, int num_splits);
+// The layout a pass fills: the problem's items with their offsets, kv_len, and zeroed per-tile
+// arrays and row counts.
+TileStats prefill_stats_layout(const PrefillProblem& p, const TileShape& tiles);
+TileStats decode_stats_layout(const DecodeProblem& p, int tile_k, int num_splits);
 
 // The CPU pass, float64. V is not read (p.v may be null). Throws std::invalid_argument on a bad
 // problem, as the reference does.

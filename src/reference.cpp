@@ -148,10 +148,6 @@ void add_row_mass(const RowState& rs, const double* o, int head_dim, ItemStats& 
   ++stats.finite_rows;
 }
 
-double resolve_scale(const std::optional<double>& scale, int head_dim) {
-  return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
-}
-
 double log_lambda_of(double lambda) { return lambda > 0.0 ? std::log(lambda) : kNegInf; }
 
 int thread_count(const ReferenceOptions& opt) { return resolve_threads(opt.num_threads); }
@@ -295,7 +291,7 @@ AttentionStats prefill_impl(const PrefillProblem& p, const ReferenceOptions& opt
   const int hq = p.num_heads_q, hkv = p.num_heads_kv, dim = p.head_dim;
   const int tq = opt.tiles.tile_q, tk = opt.tiles.tile_k;
   const int group = hq / hkv;
-  const double scale = resolve_scale(p.softmax_scale, dim);
+  const double scale = softmax_scale_or_default(p.softmax_scale, dim);
   const std::int64_t batch = static_cast<std::int64_t>(p.cu_seqlens_q.size()) - 1;
 
   std::vector<SequenceStats> seqs(batch);
@@ -393,7 +389,7 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
   const int hq = p.num_heads_q, hkv = p.num_heads_kv, dim = p.head_dim;
   const int group = hq / hkv, tk = opt.tiles.tile_k, splits = opt.num_splits;
   const PagedKvCache& kv = p.kv;
-  const double scale = resolve_scale(p.softmax_scale, dim);
+  const double scale = softmax_scale_or_default(p.softmax_scale, dim);
   const std::int64_t batch = static_cast<std::int64_t>(kv.seq_lens.size());
 
   std::vector<SequenceStats> seqs(batch);

@@ -6,10 +6,16 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 
 namespace skipsoftmax {
 
 inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// The softmax scale of a problem: the given one, else 1 / sqrt(head_dim).
+inline double softmax_scale_or_default(const std::optional<double>& scale, int head_dim) {
+  return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
 
 // NaN-propagating maximum: a NaN score must poison its row, not vanish in std::max.
 inline double nan_max(double a, double b) {

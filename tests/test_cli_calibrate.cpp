@@ -209,7 +209,7 @@ TEST_F(CliCalibrateSmolLM2, CalibratesFromCapturedQk) {
   const nlohmann::json prompts = read_json_file(dir_ / "prompts" / "prompts.json");
   int i = 0;
   for (const auto& p : prompts["prompts"]) {
-    const fs::path cap = dir_ / "captures" / ("p" + std::to_string(i));
+    const fs::path cap = dir_ / "captures" / std::to_string(i);
     fs::create_directories(cap);
     const auto ids =
         to_int64_vector(read_npy(dir_ / "prompts" / p["tokens"].get<std::string>()), "prompt");

@@ -23,6 +23,7 @@
 #include "calibration_cuda.h"
 #include "skipsoftmax/prefill.h"
 #include "skipsoftmax/tiling.h"
+#include "tile_scores.h"
 
 namespace skipsoftmax {
 namespace {
@@ -370,19 +371,6 @@ void download(TileStats& st, const Device& crit, const Device& mass, const Devic
   for (std::size_t i = 0; i < units.size(); ++i) st.rows[units[i].seq] += f[i];
 }
 
-TileStats empty_layout(std::vector<StatsItem> items, KvOrder order, int tile_k, std::size_t batch) {
-  TileStats st;
-  st.order = order;
-  st.tile_k = tile_k;
-  st.items = std::move(items);
-  const std::int64_t n = st.items.empty() ? 0 : st.items.back().offset + st.items.back().tile_count;
-  st.log_crit.assign(static_cast<std::size_t>(n), 0.0);
-  st.mass.assign(static_cast<std::size_t>(n), 0.0);
-  st.kv_len.assign(batch, 0);
-  st.rows.assign(batch, 0);
-  return st;
-}
-
 }  // namespace
 
 TileStats prefill_tile_stats_device(const PrefillProblem& shape, const DeviceQk& qk,
@@ -397,10 +385,7 @@ TileStats prefill_tile_stats_device(const PrefillProblem& shape, const DeviceQk&
     throw std::invalid_argument("tile_q and tile_k must be positive");
   }
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
-  const std::size_t batch = p.cu_seqlens_q.size() - 1;
-  TileStats st =
-      empty_layout(prefill_stats_items(p, opt.tiles), opt.tiles.order, opt.tiles.tile_k, batch);
-  for (std::size_t b = 0; b < batch; ++b) st.kv_len[b] = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+  TileStats st = prefill_stats_layout(p, opt.tiles);
   std::vector<Unit> units;
   for (std::size_t i = 0; i < st.items.size(); ++i) {
     const StatsItem& it = st.items[i];
@@ -425,7 +410,7 @@ TileStats prefill_tile_stats_device(const PrefillProblem& shape, const DeviceQk&
   prm.hkv = p.num_heads_kv;
   prm.d = p.head_dim;
   prm.group = p.num_heads_q / p.num_heads_kv;
-  prm.scale = static_cast<float>(p.softmax_scale.value_or(1.0 / std::sqrt(double(p.head_dim))));
+  prm.scale = static_cast<float>(softmax_scale_or_default(p.softmax_scale, p.head_dim));
   prm.order = static_cast<int>(opt.tiles.order);
   prm.units = d_units.as<Unit>();
   prm.segments = d_segs.as<Segment>();
@@ -450,8 +435,7 @@ TileStats decode_tile_stats_device(const DecodeProblem& shape, const DeviceQk& q
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
   const int tk = opt.tiles.tile_k, splits = opt.num_splits;
   const std::size_t batch = p.kv.seq_lens.size();
-  TileStats st = empty_layout(decode_stats_items(p, tk, splits), KvOrder::kForward, tk, batch);
-  st.kv_len = p.kv.seq_lens;
+  TileStats st = decode_stats_layout(p, tk, splits);
   std::vector<Unit> units;
   for (std::size_t b = 0; b < batch; ++b) {
     for (int h = 0; h < p.num_heads_kv; ++h) {
@@ -477,7 +461,7 @@ TileStats decode_tile_stats_device(const DecodeProblem& shape, const DeviceQk& q
   prm.hkv = p.num_heads_kv;
   prm.d = p.head_dim;
   prm.group = group;
-  prm.scale = static_cast<float>(p.softmax_scale.value_or(1.0 / std::sqrt(double(p.head_dim))));
+  prm.scale = static_cast<float>(softmax_scale_or_default(p.softmax_scale, p.head_dim));
   prm.order = static_cast<int>(KvOrder::kForward);
   prm.units = d_units.as<Unit>();
   prm.segments = d_segs.as<Segment>();
