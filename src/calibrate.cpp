@@ -4,12 +4,14 @@
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 
 #include "file_io.h"
 #include "sha256.h"
 #include "skipsoftmax/paged_kv.h"
+#include "tokenizer.h"
 
 namespace skipsoftmax {
 namespace {
@@ -126,6 +128,14 @@ class Progress {
 
 std::int64_t sample_length(const CalibrationSettings& s, std::int64_t bin) {
   return bin + (s.phases.decode ? s.decode_steps - 1 : 0);
+}
+
+TextTokenizer model_tokenizer(const gguf::File& file) {
+  auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::from_gguf(file));
+  TextTokenizer t;
+  t.encode = [bpe](std::string_view text) { return bpe->encode(text); };
+  t.bos = bpe->bos();
+  return t;
 }
 
 StatsBackend cpu_stats_backend() {

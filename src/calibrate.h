@@ -46,6 +46,10 @@ struct CalibrationSettings {
 // then see KV lengths bin .. bin + decode_steps - 1, all under the bin's table row).
 std::int64_t sample_length(const CalibrationSettings& s, std::int64_t bin);
 
+// Text -> ids with the checkpoint's own tokenizer (byte-level BPE today; load_tokenizer() of
+// tokenizer.h once it covers the other families). Throws what the tokenizer's loader throws.
+TextTokenizer model_tokenizer(const gguf::File& file);
+
 // The statistics pass: CPU (float64, calibration.h) or CUDA (calibration_cuda.h).
 struct StatsBackend {
   std::string name;  // part of the cache key: the passes round differently

@@ -22,7 +22,6 @@
 #include "skipsoftmax/config.h"
 #include "skipsoftmax/decode.h"
 #include "skipsoftmax/prefill.h"
-#include "tokenizer.h"
 #if SKIPSOFTMAX_HAVE_CUDA
 #include "calibration_cuda.h"
 #endif
@@ -144,15 +143,6 @@ StatsBackend stats_backend(const std::string& name) {
 #endif
   (void)name;
   return cpu_stats_backend();
-}
-
-// Text -> ids with the checkpoint's own tokenizer.
-TextTokenizer model_tokenizer(const gguf::File& file) {
-  auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::from_gguf(file));
-  TextTokenizer t;
-  t.encode = [bpe](std::string_view text) { return bpe->encode(text); };
-  t.bos = bpe->bos();
-  return t;
 }
 
 // The prompts, for an engine to capture: DIR/prompt_<bin>_<i>.npy (int32 tokens) and
