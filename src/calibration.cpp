@@ -188,11 +188,8 @@ TileStats prefill_tile_stats(const PrefillProblem& problem, const StatsOptions& 
     const int rows = static_cast<int>(it.q_end - it.q_begin);
     const int kvh = it.head / group;
 
-    std::vector<double> qrows(static_cast<std::size_t>(rows) * dim);
-    for (int r = 0; r < rows; ++r) {
-      const float* src = p.q + ((q_off + it.q_begin + r) * hq + it.head) * dim;
-      std::copy(src, src + dim, qrows.begin() + static_cast<std::ptrdiff_t>(r) * dim);
-    }
+    const std::vector<double> qrows = gather_rows(p.q + ((q_off + it.q_begin) * hq + it.head) * dim,
+                                                  std::ptrdiff_t{hq} * dim, rows, dim);
     const auto qrow = [&](int r) { return qrows.data() + static_cast<std::ptrdiff_t>(r) * dim; };
     const auto load = [&](std::int64_t t, Scratch& s) {
       const std::int64_t k0 = t * tk;
@@ -243,20 +240,15 @@ TileStats decode_tile_stats(const DecodeProblem& problem, const StatsOptions& op
     const std::int64_t len = kv.seq_lens[b];
     const std::int32_t* pages = kv.page_table.data() + b * kv.max_pages_per_seq;
 
-    std::vector<double> qrows(static_cast<std::size_t>(group) * dim);
-    for (int r = 0; r < group; ++r) {
-      const float* src = p.q + (b * hq + kvh * group + r) * dim;
-      std::copy(src, src + dim, qrows.begin() + static_cast<std::ptrdiff_t>(r) * dim);
-    }
+    const std::vector<double> qrows =
+        gather_rows(p.q + (b * hq + kvh * group) * dim, dim, group, dim);
     const auto qrow = [&](int r) { return qrows.data() + static_cast<std::ptrdiff_t>(r) * dim; };
     const auto load = [&](std::int64_t t, Scratch& s) {
       const std::int64_t k0 = t * tk;
       const int cols = static_cast<int>(std::min<std::int64_t>(tk, len - k0));
       for (int j = 0; j < cols; ++j) {
         const std::int64_t token = k0 + j;
-        const std::int64_t slot =
-            static_cast<std::int64_t>(pages[token / kv.page_size]) * kv.page_size +
-            token % kv.page_size;
+        const std::int64_t slot = paged_slot(pages, kv.page_size, token);
         const float* src = kv.k_pages + (slot * hkv + kvh) * dim;
         for (int d = 0; d < dim; ++d) s.kt[static_cast<std::size_t>(d) * tk + j] = src[d];
       }

@@ -1,12 +1,15 @@
-// The scores of one (rows x KV tile) block in float64, shared by the CPU reference and the CPU
-// calibration pass: both must see bit-identical scores so that calibration's critical lambdas
-// reproduce the reference's skip decisions exactly.
+// The scores of one (rows x KV tile) block in float64, and how rows and paged keys are fetched,
+// shared by the CPU reference and the CPU calibration pass: both must see bit-identical scores so
+// that calibration's critical lambdas reproduce the reference's skip decisions exactly.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <vector>
 
 namespace skipsoftmax {
 
@@ -15,6 +18,22 @@ inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 // The softmax scale of a problem: the given one, else 1 / sqrt(head_dim).
 inline double softmax_scale_or_default(const std::optional<double>& scale, int head_dim) {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
+
+// `rows` rows of `dim` values, row r at first + r * stride, widened to double and packed.
+inline std::vector<double> gather_rows(const float* first, std::ptrdiff_t stride, int rows,
+                                       int dim) {
+  std::vector<double> out(static_cast<std::size_t>(rows) * dim);
+  for (int r = 0; r < rows; ++r) {
+    const float* src = first + r * stride;
+    std::copy(src, src + dim, out.begin() + static_cast<std::ptrdiff_t>(r) * dim);
+  }
+  return out;
+}
+
+// The cache slot of `token` of a sequence whose page-table row is `pages` (paged_kv.h).
+inline std::int64_t paged_slot(const std::int32_t* pages, int page_size, std::int64_t token) {
+  return static_cast<std::int64_t>(pages[token / page_size]) * page_size + token % page_size;
 }
 
 // NaN-propagating maximum: a NaN score must poison its row, not vanish in std::max.
