@@ -261,6 +261,7 @@ const char* to_string(Phase phase) { return phase == Phase::kPrefill ? "prefill"
 std::string scale_table_key(Phase phase) { return phase_key(phase, "scale_table"); }
 std::string scale_tables_key(Phase phase) { return phase_key(phase, "scale_tables"); }
 std::string target_sparsity_key(Phase phase) { return phase_key(phase, "target_sparsity"); }
+std::string shape_advice_key(Phase phase) { return phase_key(phase, "shape_advice"); }
 std::string threshold_key(Phase phase) { return phase_key(phase, "threshold"); }
 std::string source_key(Phase phase) { return phase_key(phase, "source"); }
 
@@ -314,6 +315,8 @@ CheckpointConfig parse_checkpoint_config(std::string_view json_text, const std::
       model[key] = item.value();
     } else if (key == kShapeAdviceKey) {
       config.shape_advice_json = item.value().dump();
+    } else if (key == kDecodeShapeAdviceKey) {
+      config.decode_shape_advice_json = item.value().dump();
     } else if (!read_phase_key(key, item.value(), context, config.phases)) {
       config.unknown_skip_keys.push_back(key);
     }

@@ -1,18 +1,16 @@
 #include "skipsoftmax/reference.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <limits>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "parallel.h"
+#include "tile_scores.h"
 
 namespace skipsoftmax {
 namespace {
-
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // One row's online-softmax state over the tiles it keeps, plus the running sum of the tiles it
 // skips (kept apart, relative to its own maximum) for the mass statistic.
@@ -47,25 +45,6 @@ struct Scratch {
   std::vector<double> rowmax;  // [rows]
 };
 
-// NaN-propagating maximum: a NaN score must poison its row, not vanish in std::max.
-inline double nan_max(double a, double b) {
-  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
-  return a > b ? a : b;
-}
-
-// acc[j] = sum_d q[d] * kt[d][j] in index order of d, vectorized across j: each acc[j] is summed
-// in the same order as a scalar dot product, so the result does not depend on the vector width.
-__attribute__((target_clones("avx2", "default"))) void dot_rows(const double* q, const double* kt,
-                                                                int head_dim, int cols, int stride,
-                                                                double* acc) {
-  for (int j = 0; j < cols; ++j) acc[j] = 0.0;
-  for (int d = 0; d < head_dim; ++d) {
-    const double qd = q[d];
-    const double* krow = kt + static_cast<std::ptrdiff_t>(d) * stride;
-    for (int j = 0; j < cols; ++j) acc[j] += qd * krow[j];
-  }
-}
-
 // o[d] = o[d] * corr + sum_j p[j] * vt[j][d], summed in order of j.
 __attribute__((target_clones("avx2", "default"))) void accumulate_pv(double* o, double corr,
                                                                      const double* p,
@@ -99,16 +78,8 @@ void run_tiles(int rows, int head_dim, int tile_k, double scale, double log_lamb
       stats.trace.back().visit = pos;
     }
     const int cols = load(t, sc);
-    for (int r = 0; r < rows; ++r) {
-      double* s = sc.s.data() + static_cast<std::ptrdiff_t>(r) * tile_k;
-      dot_rows(q(r), sc.kt.data(), head_dim, cols, tile_k, s);
-      double mx = kNegInf;
-      for (int j = 0; j < cols; ++j) {
-        s[j] = visible(r, t, j) ? s[j] * scale : kNegInf;
-        mx = nan_max(mx, s[j]);
-      }
-      sc.rowmax[r] = mx;
-    }
+    score_tile(rows, cols, head_dim, tile_k, scale, t, q, sc.kt.data(), visible, sc.s.data(),
+               sc.rowmax.data());
     ++stats.tiles_total;
 
     if constexpr (kSkip) {
@@ -177,37 +148,9 @@ void add_row_mass(const RowState& rs, const double* o, int head_dim, ItemStats& 
   ++stats.finite_rows;
 }
 
-double resolve_scale(const std::optional<double>& scale, int head_dim) {
-  return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
-}
-
 double log_lambda_of(double lambda) { return lambda > 0.0 ? std::log(lambda) : kNegInf; }
 
-// Runs body(item, thread_index) for item in [0, n) on num_threads threads, the items handed out
-// in increasing index order (callers order items from the most expensive down).
-template <typename Body>
-void parallel_for(std::int64_t n, int num_threads, const Body& body) {
-  int threads =
-      num_threads > 0 ? num_threads : static_cast<int>(std::thread::hardware_concurrency());
-  threads = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n)));
-  std::atomic<std::int64_t> next{0};
-  auto worker = [&](int tid) {
-    for (std::int64_t i = next++; i < n; i = next++) body(i, tid);
-  };
-  if (threads == 1) {
-    worker(0);
-    return;
-  }
-  std::vector<std::thread> pool;
-  pool.reserve(threads);
-  for (int t = 0; t < threads; ++t) pool.emplace_back(worker, t);
-  for (std::thread& th : pool) th.join();
-}
-
-int thread_count(const ReferenceOptions& opt) {
-  return opt.num_threads > 0 ? opt.num_threads
-                             : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
+int thread_count(const ReferenceOptions& opt) { return resolve_threads(opt.num_threads); }
 
 void check(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument(what);
@@ -348,7 +291,7 @@ AttentionStats prefill_impl(const PrefillProblem& p, const ReferenceOptions& opt
   const int hq = p.num_heads_q, hkv = p.num_heads_kv, dim = p.head_dim;
   const int tq = opt.tiles.tile_q, tk = opt.tiles.tile_k;
   const int group = hq / hkv;
-  const double scale = resolve_scale(p.softmax_scale, dim);
+  const double scale = softmax_scale_or_default(p.softmax_scale, dim);
   const std::int64_t batch = static_cast<std::int64_t>(p.cu_seqlens_q.size()) - 1;
 
   std::vector<SequenceStats> seqs(batch);
@@ -392,11 +335,8 @@ AttentionStats prefill_impl(const PrefillProblem& p, const ReferenceOptions& opt
     const int rows = static_cast<int>(it.q_end - it.q_begin);
     const int kvh = it.head / group;
 
-    std::vector<double> qrows(static_cast<std::size_t>(rows) * dim);
-    for (int r = 0; r < rows; ++r) {
-      const float* src = p.q + ((q_off + it.q_begin + r) * hq + it.head) * dim;
-      std::copy(src, src + dim, qrows.begin() + static_cast<std::ptrdiff_t>(r) * dim);
-    }
+    const std::vector<double> qrows = gather_rows(p.q + ((q_off + it.q_begin) * hq + it.head) * dim,
+                                                  std::ptrdiff_t{hq} * dim, rows, dim);
     const auto qrow = [&](int r) { return qrows.data() + static_cast<std::ptrdiff_t>(r) * dim; };
     const auto load = [&](std::int64_t t, Scratch& s) {
       const std::int64_t k0 = t * tk;
@@ -417,8 +357,8 @@ AttentionStats prefill_impl(const PrefillProblem& p, const ReferenceOptions& opt
 
     std::vector<RowState> st(rows);
     std::vector<double> o(static_cast<std::size_t>(rows) * dim, 0.0);
-    const TileRange range = prefill_kv_tile_range(it.q_begin, it.q_end, sq.q_len, sq.kv_len,
-                                                  p.causal, p.window, tk);
+    const TileRange range =
+        prefill_kv_tile_range(it.q_begin, it.q_end, sq.q_len, sq.kv_len, p.causal, p.window, tk);
     ItemStats& stats = item_stats[i];
     const TileRecord record{it.seq, it.head, it.q_begin / tq, 0, 0, false};
     run_tiles<kSkip>(rows, dim, tk, scale, log_lambda_of(sq.lambda), opt.collect_mass, range.begin,
@@ -446,7 +386,7 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
   const int hq = p.num_heads_q, hkv = p.num_heads_kv, dim = p.head_dim;
   const int group = hq / hkv, tk = opt.tiles.tile_k, splits = opt.num_splits;
   const PagedKvCache& kv = p.kv;
-  const double scale = resolve_scale(p.softmax_scale, dim);
+  const double scale = softmax_scale_or_default(p.softmax_scale, dim);
   const std::int64_t batch = static_cast<std::int64_t>(kv.seq_lens.size());
 
   std::vector<SequenceStats> seqs(batch);
@@ -469,20 +409,15 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
     const std::int64_t len = kv.seq_lens[b];
     const std::int32_t* pages = kv.page_table.data() + b * kv.max_pages_per_seq;
 
-    std::vector<double> qrows(static_cast<std::size_t>(group) * dim);
-    for (int r = 0; r < group; ++r) {
-      const float* src = p.q + (b * hq + kvh * group + r) * dim;
-      std::copy(src, src + dim, qrows.begin() + static_cast<std::ptrdiff_t>(r) * dim);
-    }
+    const std::vector<double> qrows =
+        gather_rows(p.q + (b * hq + kvh * group) * dim, dim, group, dim);
     const auto qrow = [&](int r) { return qrows.data() + static_cast<std::ptrdiff_t>(r) * dim; };
     const auto load = [&](std::int64_t t, Scratch& s) {
       const std::int64_t k0 = t * tk;
       const int cols = static_cast<int>(std::min<std::int64_t>(tk, len - k0));
       for (int j = 0; j < cols; ++j) {
         const std::int64_t token = k0 + j;
-        const std::int64_t slot =
-            static_cast<std::int64_t>(pages[token / kv.page_size]) * kv.page_size +
-            token % kv.page_size;
+        const std::int64_t slot = paged_slot(pages, kv.page_size, token);
         const std::int64_t base = (slot * hkv + kvh) * dim;
         for (int d = 0; d < dim; ++d) {
           s.kt[static_cast<std::size_t>(d) * tk + j] = kv.k_pages[base + d];

@@ -89,6 +89,9 @@ void print_json(const View& v) {
   if (v.checkpoint && v.checkpoint->shape_advice_json) {
     j["shape_advice"] = json::parse(*v.checkpoint->shape_advice_json);
   }
+  if (v.checkpoint && v.checkpoint->decode_shape_advice_json) {
+    j["decode_shape_advice"] = json::parse(*v.checkpoint->decode_shape_advice_json);
+  }
   j["notes"] = v.notes;
   std::cout << j.dump(2) << '\n';
 }
@@ -133,6 +136,9 @@ void print_text(const View& v) {
   }
   if (v.checkpoint && v.checkpoint->shape_advice_json) {
     std::cout << "shape advice: " << *v.checkpoint->shape_advice_json << '\n';
+  }
+  if (v.checkpoint && v.checkpoint->decode_shape_advice_json) {
+    std::cout << "decode shape advice: " << *v.checkpoint->decode_shape_advice_json << '\n';
   }
   for (const std::string& note : v.notes) std::cout << "note: " << note << '\n';
 }

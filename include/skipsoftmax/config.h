@@ -4,7 +4,8 @@
 //   skip_softmax_<phase>_scale_table      the deployed table, [[seqlen_bin, S], ...]
 //   skip_softmax_<phase>_scale_tables     calibrated tiers, {"50%": table, "75%": table, ...}
 //   skip_softmax_<phase>_target_sparsity  the deployed tier, 0.75 or "75%"
-// and skip_softmax_prefill_shape_advice (informational, never read by export). Every other key
+// and skip_softmax_<phase>_shape_advice (informational, never read by export; written by
+// `skipsoftmax calibrate`). Every other key
 // belongs to the model and is preserved wherever the checkpoint config is rewritten.
 //
 // `skipsoftmax export` resolves one Threshold per phase, first match wins:
@@ -45,12 +46,14 @@ struct PerPhase {
 inline constexpr std::string_view kConfigFileName = "config.json";
 inline constexpr std::string_view kSkipKeyPrefix = "skip_softmax_";
 inline constexpr std::string_view kShapeAdviceKey = "skip_softmax_prefill_shape_advice";
+inline constexpr std::string_view kDecodeShapeAdviceKey = "skip_softmax_decode_shape_advice";
 inline constexpr std::string_view kCheckpointDirKey = "checkpoint_dir";
 inline constexpr std::string_view kModelConfigKey = "model_config";
 
 std::string scale_table_key(Phase phase);      // skip_softmax_<phase>_scale_table
 std::string scale_tables_key(Phase phase);     // skip_softmax_<phase>_scale_tables
 std::string target_sparsity_key(Phase phase);  // skip_softmax_<phase>_target_sparsity
+std::string shape_advice_key(Phase phase);     // skip_softmax_<phase>_shape_advice
 std::string threshold_key(Phase phase);        // skip_softmax_<phase>_threshold (engine)
 std::string source_key(Phase phase);           // skip_softmax_<phase>_source (engine)
 
@@ -85,9 +88,10 @@ struct CheckpointPhase {
 
 struct CheckpointConfig {
   PerPhase<CheckpointPhase> phases;
-  std::optional<std::string> shape_advice_json;  // informational, never read by export
-  std::vector<std::string> unknown_skip_keys;    // skip_softmax_* keys nothing here reads
-  std::string model_config_json;                 // the non-skip keys, as a JSON object
+  std::optional<std::string> shape_advice_json;  // prefill; informational, never read by export
+  std::optional<std::string> decode_shape_advice_json;  // the same for decode
+  std::vector<std::string> unknown_skip_keys;           // skip_softmax_* keys nothing here reads
+  std::string model_config_json;                        // the non-skip keys, as a JSON object
 };
 
 // Throws std::invalid_argument("<context>: <key>: ...") for malformed JSON, a config that is not

@@ -51,8 +51,6 @@ void launch(const decode::Params& params, const DecodeArguments& a, cudaStream_t
 
 }  // namespace
 
-int decode_tile_k(int) { return decode::kTileK; }
-
 // As many splits as fit one wave of two CTAs per multiprocessor (one for head dim 256, whose
 // tiles fill shared memory), rounded down so that no second, almost empty wave follows; at least
 // 4 tiles (256 keys) per split so that the copy pipeline, two tiles deep, runs full.
@@ -120,6 +118,9 @@ std::size_t decode_workspace_size(const DecodeArguments& a) {
 KernelChoice run_decode(const DecodeArguments& a, void* workspace, void* stream) {
   if (const std::string why = can_implement(a); !why.empty()) {
     throw std::invalid_argument("decode: " + why);
+  }
+  if (decode_tile_k(a.head_dim) != decode::kTileK) {
+    throw std::logic_error("decode: decode_tile_k disagrees with the kernels' tile");
   }
   const int splits = decode_num_splits(a);
   if (splits > 1 && workspace == nullptr) {

@@ -1,0 +1,111 @@
+// The calibration run behind `skipsoftmax calibrate`: RULER prompts sized to each length bin ->
+// post-RoPE Q/K per global layer (a CaptureSource) -> critical-scale statistics per layer (the CPU
+// or CUDA pass, cached on disk) -> pooled per bin and per request -> scale tables, the sparsity
+// ladder and the shape advice of each phase.
+//
+// Prefill: each prompt is one causal prefill, voted on the kernels' tiles (prefill_vote_tiles, in
+// sink-then-reverse order). Decode: the prompt's last decode_steps tokens are decode steps over the
+// tokens before them (one GQA group per vote, decode_tile_k(d) keys per tile, forward order,
+// decode_splits splits). Sliding-window (local) layers never skip: they are listed, not pooled.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "calibration.h"
+#include "calibration_fit.h"
+#include "capture_source.h"
+#include "model_config.h"
+#include "ruler.h"
+#include "skipsoftmax/config.h"
+
+namespace skipsoftmax {
+
+struct CalibrationSettings {
+  PerPhase<bool> phases;
+  std::vector<std::int64_t> bins;  // calibration_bins()
+  std::int64_t max_seqlen = 0;     // --max-seqlen, recorded with the advice
+  int samples = 4;                 // prompts per bin
+  std::uint64_t seed = 0;
+  std::optional<double> target;  // nullopt: the ladder, 75% deployed
+  double mass_ratio = 0.3;       // the advisor's limit on mass share / sparsity
+  int decode_steps = 16;
+  int decode_splits = 1;
+  TileShape prefill_tiles;  // the prefill kernels' vote tiles
+  int decode_tile_k = 64;   // the decode kernels' vote tile
+  std::optional<std::filesystem::path> cache_dir;
+  int num_threads = 0;
+};
+
+// Tokens of a bin's prompts: the bin, plus decode_steps - 1 when decode is calibrated (its steps
+// then see KV lengths bin .. bin + decode_steps - 1, all under the bin's table row).
+std::int64_t sample_length(const CalibrationSettings& s, std::int64_t bin);
+
+// Text -> ids with the checkpoint's own tokenizer (byte-level BPE today; load_tokenizer() of
+// tokenizer.h once it covers the other families). Throws what the tokenizer's loader throws.
+TextTokenizer model_tokenizer(const gguf::File& file);
+
+// The statistics pass: CPU (float64, calibration.h) or CUDA (calibration_cuda.h).
+struct StatsBackend {
+  std::string name;  // part of the cache key: the passes round differently
+  std::function<TileStats(const PrefillProblem&, const StatsOptions&)> prefill;
+  std::function<TileStats(const DecodeProblem&, const StatsOptions&)> decode;
+};
+StatsBackend cpu_stats_backend();
+
+// The layers whose tiles are pooled (global attention) and the sliding-window ones left out.
+struct LayerPlan {
+  std::vector<int> pooled;
+  std::vector<int> local;
+};
+LayerPlan layer_plan(const ModelConfig& config);
+
+// Problems over one layer's capture of an n-token prompt (q and k borrowed from it).
+PrefillProblem capture_prefill_problem(const LayerCapture& c, const ModelConfig& m, std::int64_t n);
+struct DecodeSteps {
+  std::vector<float> q;   // [steps, heads_q, head_dim]: the last `steps` queries
+  DecodeProblem problem;  // KV lengths n - steps + 1 .. n over the capture's keys
+};
+DecodeSteps capture_decode_steps(const LayerCapture& c, const ModelConfig& m, std::int64_t n,
+                                 int steps);
+
+struct PhaseResult {
+  PhaseFit fit;
+  ShapeAdvice advice;
+  std::vector<BinPool> pools;         // per bin, pooled over prompts and layers
+  std::vector<RequestPool> requests;  // per prompt, pooled over layers
+};
+
+struct CalibrationResult {
+  std::vector<PhaseResult> phases;  // the calibrated ones, prefill first
+  LayerPlan layers;
+  std::int64_t prompts = 0;
+  std::int64_t prompts_from_cache = 0;
+};
+
+// Progress lines for people.
+using ProgressFn = std::function<void(const std::string&)>;
+
+// Throws what the corpus, the source or the backend throws; writes nothing but cache files.
+CalibrationResult run_calibration(const CalibrationSettings& settings, const ModelConfig& model,
+                                  RulerCorpus& corpus, CaptureSource& source,
+                                  const StatsBackend& backend, const ProgressFn& progress);
+
+// The skip keys of every calibrated phase (skip_key_updates), the advice also recording the
+// calibrated --max-seqlen.
+nlohmann::ordered_json calibration_updates(const CalibrationSettings& settings,
+                                           const CalibrationResult& result);
+
+// The summary table and the verdicts, for people.
+std::string calibration_summary(const CalibrationSettings& settings,
+                                const CalibrationResult& result);
+
+// "1:05:03", "4:10".
+std::string format_duration(double seconds);
+
+}  // namespace skipsoftmax

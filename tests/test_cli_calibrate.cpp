@@ -1,0 +1,271 @@
+// The calibrate subcommand run as the built tool: its flag checks (exit code, message), and that a
+// failed run leaves the checkpoint config as it was. With SKIPSOFTMAX_SMOLLM2_GGUF: the prompts it
+// writes for an engine to capture, and a small CPU calibration of the real model (skipped while
+// the CPU forward pass is not in the build).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "file_io.h"
+#include "npy.h"
+#include "synthetic.h"
+#include "test_util.h"
+
+namespace skipsoftmax {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ToolRun {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+// A metadata-only GGUF of a Llama model (no tensors, no merges): enough for the flag checks that
+// read the model's shape and context length.
+void write_tiny_gguf(const fs::path& path, std::uint32_t context) {
+  std::vector<char> b;
+  const auto pod = [&](auto v) {
+    const char* p = reinterpret_cast<const char*>(&v);
+    b.insert(b.end(), p, p + sizeof v);
+  };
+  const auto str = [&](const std::string& s) {
+    pod(std::uint64_t{s.size()});
+    b.insert(b.end(), s.begin(), s.end());
+  };
+  const auto u32 = [&](const std::string& key, std::uint32_t v) {
+    str(key);
+    pod(std::uint32_t{4});
+    pod(v);
+  };
+  const auto f32 = [&](const std::string& key, float v) {
+    str(key);
+    pod(std::uint32_t{6});
+    pod(v);
+  };
+  pod(std::uint32_t{0x46554747});  // "GGUF"
+  pod(std::uint32_t{3});
+  pod(std::uint64_t{0});   // tensors
+  pod(std::uint64_t{11});  // metadata
+  str("general.architecture");
+  pod(std::uint32_t{8});
+  str("llama");
+  u32("llama.block_count", 2);
+  u32("llama.embedding_length", 64);
+  u32("llama.feed_forward_length", 128);
+  u32("llama.attention.head_count", 2);
+  u32("llama.attention.head_count_kv", 1);
+  u32("llama.context_length", context);
+  f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  f32("llama.rope.freq_base", 10000.f);
+  str("tokenizer.ggml.model");
+  pod(std::uint32_t{8});
+  str("gpt2");
+  str("tokenizer.ggml.tokens");
+  pod(std::uint32_t{9});
+  pod(std::uint32_t{8});
+  pod(std::uint64_t{2});
+  str("a");
+  str("b");
+  std::ofstream(path, std::ios::binary).write(b.data(), static_cast<std::streamsize>(b.size()));
+}
+
+class CliCalibrate : public test::TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    fs::create_directories(model());
+    write_tiny_gguf(model() / "tiny.gguf", 1024);
+    std::ofstream(model() / "config.json") << kConfig;
+  }
+
+  static constexpr const char* kConfig =
+      "{\"hidden_size\": 64, \"skip_softmax_prefill_scale_table\": [[512, 10]]}\n";
+  fs::path model() const { return dir_ / "model"; }
+  static std::string q(const fs::path& p) {
+    std::string quoted = "'";
+    quoted += p.string();
+    quoted += '\'';
+    return quoted;
+  }
+
+  ToolRun run(const std::string& args) const {
+    const fs::path err_file = dir_ / "stderr.txt";
+    const std::string cmd = q(SKIPSOFTMAX_TOOL) + " calibrate " + args + " 2>" + q(err_file);
+    ToolRun r;
+    FILE* pipe = popen(cmd.c_str(), "r");
+    if (!pipe) return r;
+    char buf[4096];
+    for (std::size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
+    const int status = pclose(pipe);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.err = read_text_file(err_file);
+    return r;
+  }
+
+  // Fails with `message`, and the checkpoint config is byte for byte what it was.
+  void expect_fails(const std::string& flags, const std::string& message) const {
+    const ToolRun r = run("--model-dir " + q(model()) + " " + flags);
+    EXPECT_NE(r.code, 0) << flags;
+    EXPECT_NE(r.err.find(message), std::string::npos) << flags << "\nstderr: " << r.err;
+    EXPECT_EQ(read_text_file(model() / "config.json"), kConfig) << flags;
+  }
+};
+
+TEST_F(CliCalibrate, RejectsBadFlagsBeforeAnyWork) {
+  const std::string ok = " --bin-min 256 --bin-step 256 --corpus-dir " + q(dir_);
+  expect_fails("--phase prefill --max-seqlen 512 --bin-step 0 --bin-min 256",
+               "--bin-step must be > 0");
+  expect_fails("--phase prefill --max-seqlen 512 --bin-step -2048", "--bin-step must be > 0");
+  expect_fails("--phase prefill --max-seqlen 1000", "--max-seqlen 1000 is below --bin-min 4096");
+  expect_fails("--phase prefill --max-seqlen 512 --target-sparsity 1.5" + ok,
+               "--target-sparsity: target sparsity \"1.5\" is not a fraction in (0, 1)");
+  expect_fails("--phase prefill --max-seqlen 512 --target-sparsity 0" + ok, "--target-sparsity");
+  expect_fails("--phase prefill --max-seqlen 512 --target-sparsity 100%" + ok, "--target-sparsity");
+  expect_fails("--phase both --max-seqlen 512 --mass-ratio 0" + ok, "--mass-ratio must be > 0");
+  expect_fails("--phase both --max-seqlen 512 --samples 0" + ok, "--samples must be >= 1");
+  expect_fails("--phase everything --max-seqlen 512" + ok, "unknown --phase 'everything'");
+  expect_fails("--phase decode --max-seqlen 512 --backend tpu" + ok, "unknown --backend 'tpu'");
+  expect_fails("--phase decode --max-seqlen 512 --decode-steps 0" + ok, "--decode-steps");
+  expect_fails("--phase decode --max-seqlen 512 --decode-splits 0" + ok, "--decode-splits");
+  expect_fails("--max-seqlen 512" + ok, "--phase is required");
+  // The model's context length (1024) bounds the prompts.
+  expect_fails("--phase prefill --max-seqlen 2048" + ok,
+               "--max-seqlen 2048, more than the model's context length 1024");
+  expect_fails("--phase decode --max-seqlen 1024" + ok,
+               "with decode needs prompts of 1039 tokens (the last 16 are decode steps), more "
+               "than the model's context length 1024");
+  expect_fails("--phase prefill --max-seqlen 512 --captures-dir " + q(dir_ / "nowhere") + ok,
+               "--captures-dir");
+}
+
+TEST_F(CliCalibrate, NamesAMissingOrAmbiguousModel) {
+  const std::string flags = " --phase prefill --max-seqlen 512 --bin-min 512";
+  ToolRun r = run("--model-dir " + q(dir_ / "absent") + flags);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("absent: no such directory"), std::string::npos) << r.err;
+  fs::create_directories(dir_ / "empty");
+  r = run("--model-dir " + q(dir_ / "empty") + flags);
+  EXPECT_NE(r.err.find("no .gguf model file in it"), std::string::npos) << r.err;
+  write_tiny_gguf(model() / "other.gguf", 1024);
+  expect_fails(flags, "several .gguf files (");
+}
+
+TEST_F(CliCalibrate, AFailureAfterTheFlagChecksLeavesTheConfigAlone) {
+  // The tiny model has no tokenizer merges: the run fails once it builds the prompts.
+  expect_fails("--phase both --max-seqlen 512 --bin-min 256 --bin-step 256 --corpus-dir " + q(dir_),
+               "error");
+  expect_fails("--phase prefill --max-seqlen 512 --bin-min 512 --corpus-dir " + q(dir_ / "x"),
+               "error");
+}
+
+// The real checkpoint in a model directory of its own (a link to the file).
+class CliCalibrateSmolLM2 : public CliCalibrate {
+ protected:
+  void SetUp() override {
+    const char* path = std::getenv("SKIPSOFTMAX_SMOLLM2_GGUF");
+    if (!path || !fs::exists(path)) GTEST_SKIP() << "SKIPSOFTMAX_SMOLLM2_GGUF not set";
+    CliCalibrate::SetUp();
+    fs::remove(model() / "tiny.gguf");
+    fs::create_symlink(fs::absolute(path), model() / "smollm2.gguf");
+  }
+};
+
+TEST_F(CliCalibrateSmolLM2, WritesThePromptsForAnEngineToCapture) {
+  const ToolRun r = run("--model-dir " + q(model()) +
+                        " --phase both --bin-min 512 --bin-step 512 --max-seqlen 1024 --samples 2 "
+                        "--write-samples " +
+                        q(dir_ / "prompts"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = read_json_file(dir_ / "prompts" / "prompts.json");
+  ASSERT_EQ(j["prompts"].size(), 4u);
+  for (const auto& p : j["prompts"]) {
+    const std::int64_t bin = p["bin"];
+    const NpyArray a = read_npy(dir_ / "prompts" / p["tokens"].get<std::string>());
+    EXPECT_EQ(a.shape, (std::vector<std::int64_t>{bin + 15}));  // 16 decode steps
+    const auto ids = to_int64_vector(a, "prompt");
+    EXPECT_EQ(ids.front(), 1);  // SmolLM2's BOS
+    for (const auto& n : p["needles"]) EXPECT_LT(n["position"].get<std::int64_t>(), bin);
+  }
+  EXPECT_EQ(read_text_file(model() / "config.json"), kConfig);
+}
+
+// The GPU engine's route, with synthetic structured Q/K standing in for its captures: prompts out,
+// captures in (one manifest per prompt, every layer pointing at the same arrays), statistics
+// cached.
+TEST_F(CliCalibrateSmolLM2, CalibratesFromCapturedQk) {
+  const std::string common = "--model-dir " + q(model()) +
+                             " --phase both --bin-min 512 --bin-step 512 --max-seqlen 512 "
+                             "--samples 2 --target-sparsity 0.45 ";
+  ASSERT_EQ(run(common + "--write-samples " + q(dir_ / "prompts")).code, 0);
+  const nlohmann::json prompts = read_json_file(dir_ / "prompts" / "prompts.json");
+  int i = 0;
+  for (const auto& p : prompts["prompts"]) {
+    const fs::path cap = dir_ / "captures" / std::to_string(i);
+    fs::create_directories(cap);
+    const auto ids =
+        to_int64_vector(read_npy(dir_ / "prompts" / p["tokens"].get<std::string>()), "prompt");
+    const auto n = static_cast<std::int64_t>(ids.size());
+    SyntheticSpec spec{n, 9, 3, 64};  // SmolLM2's heads
+    spec.seed = static_cast<std::uint64_t>(10 + i++);
+    const SyntheticQkv s = make_structured_qkv(spec);
+    const std::vector<double> qd(s.q.begin(), s.q.end()), kd(s.k.begin(), s.k.end());
+    write_npy_atomic(cap / "q.npy", make_npy_float(NpyDtype::kF16, {n, 9, 64}, qd));
+    write_npy_atomic(cap / "k.npy", make_npy_float(NpyDtype::kF16, {n, 3, 64}, kd));
+    nlohmann::json layers = nlohmann::json::array();
+    for (int l = 0; l < 30; ++l) layers.push_back({{"layer", l}, {"q", "q.npy"}, {"k", "k.npy"}});
+    write_json_file(cap / "manifest.json", {{"tokens", ids}, {"layers", layers}});
+  }
+  const std::string flags =
+      common + "--captures-dir " + q(dir_ / "captures") + " --cache-dir " + q(dir_ / "cache");
+  ToolRun r = run(flags);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("of the work"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("calibrated 2 prompts (0 from the cache) on 30 global layers"),
+            std::string::npos)
+      << r.out;
+  const nlohmann::json j = read_json_file(model() / "config.json");
+  EXPECT_EQ(j["hidden_size"], 64);
+  EXPECT_EQ(j["skip_softmax_prefill_target_sparsity"], 0.45) << r.out;
+  // Prompts this short leave few skippable prefill tiles: the higher tiers are out of reach,
+  // reported and left out, while decode reaches all of them.
+  EXPECT_TRUE(j["skip_softmax_prefill_scale_tables"].contains("45%")) << r.out;
+  EXPECT_NE(r.out.find("prefill tier 80% is unreachable at bin 512"), std::string::npos) << r.out;
+  EXPECT_EQ(j["skip_softmax_decode_scale_tables"].size(), 5u) << r.out;  // the ladder and 45%
+  ASSERT_EQ(j["skip_softmax_prefill_scale_table"].size(), 1u);
+  EXPECT_EQ(j["skip_softmax_prefill_scale_table"][0][0], 512);
+  EXPECT_EQ(j["skip_softmax_decode_shape_advice"]["calibrated_max_seqlen"], 512);
+  r = run(flags + " --dry-run");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("calibrated 2 prompts (2 from the cache)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dry run: nothing written"), std::string::npos) << r.out;
+}
+
+// bins 512 and 1024, one prompt each, both phases: the CPU forward pass of a 135M model.
+TEST_F(CliCalibrateSmolLM2, CalibratesOnTheCpu) {
+  const ToolRun r = run("--model-dir " + q(model()) +
+                        " --phase both --bin-min 512 --bin-step 512 --max-seqlen 1024 --samples 1 "
+                        "--cache-dir " +
+                        q(dir_ / "cache"));
+  if (r.err.find("not in this build yet") != std::string::npos) {
+    GTEST_SKIP() << "the CPU forward pass is not in this build";
+  }
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("prefill shape advice:"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("ETA"), std::string::npos) << r.err;
+  const nlohmann::json j = read_json_file(model() / "config.json");
+  EXPECT_EQ(j["hidden_size"], 64);
+  EXPECT_TRUE(j.contains("skip_softmax_prefill_scale_tables"));
+  EXPECT_TRUE(j.contains("skip_softmax_decode_shape_advice"));
+}
+
+}  // namespace
+}  // namespace skipsoftmax

@@ -1,0 +1,276 @@
+// skipsoftmax calibrate --model-dir DIR --phase prefill|decode|both --max-seqlen N: fits the
+// per-length scale tables of a checkpoint on RULER-style prompts (src/calibrate.h) and records
+// them, with the sparsity ladder and the shape advice, in DIR/config.json.
+//
+// Every flag is checked before any work; the config is rewritten once, atomically, at the end, so
+// a failed or interrupted run leaves it as it was.
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "calibrate.h"
+#include "commands.h"
+#include "file_io.h"
+#include "gguf.h"
+#include "npy.h"
+#include "sha256.h"
+#include "skipsoftmax/config.h"
+#include "skipsoftmax/decode.h"
+#include "skipsoftmax/prefill.h"
+#if SKIPSOFTMAX_HAVE_CUDA
+#include "calibration_cuda.h"
+#endif
+
+namespace skipsoftmax::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CalibrateArgs {
+  std::string model_dir;
+  std::string phase;
+  std::int64_t max_seqlen = 0;
+  std::int64_t bin_step = 2048;
+  std::int64_t bin_min = 4096;
+  std::string target;  // empty: the ladder, 75% deployed
+  double mass_ratio = 0.3;
+  int samples = 4;
+  std::uint64_t seed = 0;
+  std::string cache_dir;
+  std::string backend = "cpu";
+  std::string captures_dir;
+  std::string corpus_dir;
+  int decode_steps = 16;
+  int decode_splits = 1;
+  int threads = 0;
+  std::string write_samples;
+  bool dry_run = false;
+};
+
+[[noreturn]] void fail(const std::string& what) { throw std::invalid_argument(what); }
+
+// The checkpoint's GGUF file: the only *.gguf in the directory.
+fs::path find_gguf(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail("--model-dir " + dir.string() + ": no such directory");
+  std::vector<fs::path> found;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    if (e.is_regular_file() && e.path().extension() == ".gguf") found.push_back(e.path());
+  }
+  if (found.empty()) fail("--model-dir " + dir.string() + ": no .gguf model file in it");
+  if (found.size() > 1) {
+    std::string names;
+    for (const fs::path& p : found) names += (names.empty() ? "" : ", ") + p.filename().string();
+    fail("--model-dir " + dir.string() + ": several .gguf files (" + names + "); keep one");
+  }
+  return found.front();
+}
+
+PerPhase<bool> parse_phases(const std::string& phase) {
+  if (phase == "prefill") return {true, false};
+  if (phase == "decode") return {false, true};
+  if (phase == "both") return {true, true};
+  fail("unknown --phase '" + phase + "' (valid: prefill, decode, both)");
+}
+
+// The flags that need no model, checked first.
+CalibrationSettings parse_settings(const CalibrateArgs& a) {
+  CalibrationSettings s;
+  s.phases = parse_phases(a.phase);
+  s.bins = calibration_bins(a.bin_min, a.bin_step, a.max_seqlen);
+  s.max_seqlen = a.max_seqlen;
+  if (!a.target.empty()) {
+    try {
+      s.target = parse_target_sparsity(a.target);
+    } catch (const std::invalid_argument& e) {
+      fail(std::string("--target-sparsity: ") + e.what());
+    }
+  }
+  if (!(a.mass_ratio > 0.0)) fail("--mass-ratio must be > 0, got " + std::to_string(a.mass_ratio));
+  if (a.samples < 1) fail("--samples must be >= 1, got " + std::to_string(a.samples));
+  if (a.decode_steps < 1 || a.decode_steps > a.bin_min) {
+    fail("--decode-steps must lie in [1, --bin-min], got " + std::to_string(a.decode_steps));
+  }
+  if (a.decode_splits < 1) {
+    fail("--decode-splits must be >= 1, got " + std::to_string(a.decode_splits));
+  }
+  if (a.threads < 0) fail("--threads must be >= 0 (0: all cores)");
+  if (a.backend != "cpu" && a.backend != "cuda") {
+    fail("unknown --backend '" + a.backend + "' (valid: cpu, cuda)");
+  }
+#if !SKIPSOFTMAX_HAVE_CUDA
+  if (a.backend == "cuda") {
+    fail("--backend cuda: this build has no GPU code (nvcc was not found when it was configured)");
+  }
+#endif
+  s.samples = a.samples;
+  s.seed = a.seed;
+  s.mass_ratio = a.mass_ratio;
+  s.decode_steps = a.decode_steps;
+  s.decode_splits = a.decode_splits;
+  s.num_threads = a.threads;
+  if (!a.cache_dir.empty()) s.cache_dir = fs::path(a.cache_dir);
+  return s;
+}
+
+void check_context(const CalibrationSettings& s, const ModelConfig& m) {
+  const std::int64_t longest = sample_length(s, s.bins.back());
+  if (longest <= m.context_length) return;
+  std::string why = "--max-seqlen " + std::to_string(s.max_seqlen);
+  if (longest > s.bins.back()) {
+    why += " with decode needs prompts of " + std::to_string(longest) + " tokens (the last " +
+           std::to_string(s.decode_steps) + " are decode steps)";
+  }
+  fail(why + ", more than the model's context length " + std::to_string(m.context_length));
+}
+
+StatsBackend stats_backend(const std::string& name) {
+#if SKIPSOFTMAX_HAVE_CUDA
+  if (name == "cuda") {
+    if (!hopper_gpu_available()) fail("--backend cuda: no Hopper GPU on this machine");
+    return {
+        "cuda-f32",
+        [](const PrefillProblem& p, const StatsOptions& o) {
+          return prefill_tile_stats_cuda(p, o);
+        },
+        [](const DecodeProblem& p, const StatsOptions& o) { return decode_tile_stats_cuda(p, o); }};
+  }
+#endif
+  (void)name;
+  return cpu_stats_backend();
+}
+
+// The prompts, for an engine to capture: DIR/prompt_<bin>_<i>.npy (int32 tokens) and
+// DIR/prompts.json describing them.
+void write_samples(const fs::path& dir, const CalibrationSettings& s, RulerCorpus& corpus) {
+  fs::create_directories(dir);
+  nlohmann::json list = nlohmann::json::array();
+  for (std::int64_t bin : s.bins) {
+    for (int i = 0; i < s.samples; ++i) {
+      const RulerSample sample = corpus.make_sample(sample_length(s, bin), s.seed, i);
+      const std::string name = "prompt_" + std::to_string(bin) + "_" + std::to_string(i) + ".npy";
+      std::vector<std::int64_t> ids(sample.tokens.begin(), sample.tokens.end());
+      write_npy_atomic(dir / name,
+                       make_npy_int(NpyDtype::kI32, {static_cast<std::int64_t>(ids.size())}, ids));
+      nlohmann::json needles = nlohmann::json::array();
+      for (const Needle& n : sample.needles) {
+        needles.push_back(
+            {{"key", n.key}, {"value", n.value}, {"position", n.position}, {"depth", n.depth}});
+      }
+      list.push_back({{"bin", bin},
+                      {"index", i},
+                      {"tokens", name},
+                      {"length", sample.tokens.size()},
+                      {"book", sample.book},
+                      {"needles", needles},
+                      {"answer", sample.answer}});
+    }
+  }
+  write_json_file(dir / "prompts.json", {{"seed", s.seed}, {"prompts", list}});
+  std::cout << "wrote " << list.size() << " prompts to " << dir.string() << '\n';
+}
+
+void write_config(const fs::path& dir, const nlohmann::ordered_json& updates) {
+  const fs::path path = dir / kConfigFileName;
+  std::error_code ec;
+  if (fs::exists(path, ec)) {
+    update_checkpoint_skip_keys(dir, updates.dump());
+    return;
+  }
+  const std::string text = merge_skip_keys("{}", updates.dump(), path.string());
+  write_file_atomic(path, [&](std::ostream& out) { out << text; });
+}
+
+void run_calibrate(const CalibrateArgs& a) {
+  CalibrationSettings s = parse_settings(a);
+  const fs::path model_dir(a.model_dir);
+  const fs::path gguf_path = find_gguf(model_dir);
+  const gguf::File file = gguf::File::open(gguf_path);
+  const ModelConfig model = read_model_config(file);
+  check_context(s, model);
+  if (!a.captures_dir.empty() && !fs::is_directory(a.captures_dir)) {
+    fail("--captures-dir " + a.captures_dir + ": no such directory");
+  }
+  s.prefill_tiles = prefill_vote_tiles(model.head_dim, KvOrder::kSinkThenReverse);
+  s.decode_tile_k = decode_tile_k(model.head_dim);
+  const StatsBackend backend = stats_backend(a.backend);
+
+  const fs::path corpus_dir = a.corpus_dir.empty() ? default_corpus_dir() : fs::path(a.corpus_dir);
+  RulerCorpus corpus(corpus_dir, CorpusSplit::kCalibration, model_tokenizer(file));
+  if (!a.write_samples.empty()) {
+    write_samples(a.write_samples, s, corpus);
+    return;
+  }
+
+  // The model's checksum keys the cache and checks the captures; it costs a read of the file.
+  const bool need_sha = s.cache_dir || !a.captures_dir.empty();
+  const std::string sha = need_sha ? sha256_file(gguf_path) : std::string("unhashed");
+  std::unique_ptr<CaptureSource> source =
+      a.captures_dir.empty() ? cpu_forward_source(file, model, sha, a.threads)
+                             : npy_directory_source(a.captures_dir, model, need_sha ? sha : "");
+
+  std::cerr << "skipsoftmax calibrate: " << model.architecture << ", " << model.layers
+            << " layers, " << s.bins.size() << " bins x " << s.samples << " prompts, backend "
+            << backend.name << ", Q/K from "
+            << (a.captures_dir.empty() ? "the CPU forward pass" : a.captures_dir) << '\n';
+  const CalibrationResult result = run_calibration(
+      s, model, corpus, *source, backend,
+      [](const std::string& line) { std::cerr << "skipsoftmax calibrate: " << line << '\n'; });
+  const nlohmann::ordered_json updates = calibration_updates(s, result);
+  if (!a.dry_run) write_config(model_dir, updates);
+  std::cout << calibration_summary(s, result);
+  std::cout << (a.dry_run ? "dry run: nothing written\n"
+                          : "wrote " + (model_dir / kConfigFileName).string() + "\n");
+}
+
+void add_calibrate(CLI::App& app) {
+  auto a = std::make_shared<CalibrateArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "calibrate",
+      "Fit per-length scale tables (and a sparsity ladder) for a checkpoint on RULER-style "
+      "prompts, and record them with the shape advice in its config.json");
+  sub->add_option("--model-dir", a->model_dir, "Checkpoint directory: one .gguf, config.json")
+      ->required();
+  sub->add_option("--phase", a->phase, "prefill, decode or both")->required();
+  sub->add_option("--max-seqlen", a->max_seqlen,
+                  "Longest bin to calibrate (at most the model's context length)")
+      ->required();
+  sub->add_option("--bin-step", a->bin_step, "Distance between length bins")->capture_default_str();
+  sub->add_option("--bin-min", a->bin_min, "First length bin")->capture_default_str();
+  sub->add_option("--target-sparsity", a->target,
+                  "Deploy this tile sparsity (0.75 or 75%); default: the 50/60/75/80% ladder, "
+                  "75% deployed");
+  sub->add_option("--mass-ratio", a->mass_ratio,
+                  "Shape advice: ON when skipped mass share / sparsity is below this")
+      ->capture_default_str();
+  sub->add_option("--samples", a->samples, "Prompts per bin")->capture_default_str();
+  sub->add_option("--seed", a->seed, "Seed of the prompts")->capture_default_str();
+  sub->add_option("--cache-dir", a->cache_dir,
+                  "Cache of per-prompt statistics, keyed by the model's SHA-256 and the prompt");
+  sub->add_option("--backend", a->backend, "Statistics pass: cpu (float64) or cuda (fp32)")
+      ->capture_default_str();
+  sub->add_option("--captures-dir", a->captures_dir,
+                  "Read post-RoPE Q/K captures (npy + manifest.json) instead of running the CPU "
+                  "forward pass");
+  sub->add_option("--corpus-dir", a->corpus_dir,
+                  "Books of the prompts (default $SKIPSOFTMAX_CORPUS_DIR or /work/shared/corpora)");
+  sub->add_option("--decode-steps", a->decode_steps, "Decode steps at the end of each prompt")
+      ->capture_default_str();
+  sub->add_option("--decode-splits", a->decode_splits, "Split-KV parts of the decode vote")
+      ->capture_default_str();
+  sub->add_option("--threads", a->threads, "CPU threads (0: all)")->capture_default_str();
+  sub->add_option("--write-samples", a->write_samples,
+                  "Write the prompts (int32 .npy and prompts.json) to this directory and stop");
+  sub->add_flag("--dry-run", a->dry_run, "Calibrate and print, but leave config.json alone");
+  sub->callback([a] { run_calibrate(*a); });
+}
+
+const Registration reg{25, &add_calibrate};
+
+}  // namespace
+}  // namespace skipsoftmax::cli
