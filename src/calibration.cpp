@@ -36,8 +36,9 @@ struct Scratch {
 template <typename QRow, typename LoadK, typename Visible>
 void walk_tiles(int rows, int head_dim, int tile_k, double scale, std::int64_t first,
                 std::int64_t count, KvOrder order, const QRow& q, const LoadK& load,
-                const Visible& visible, Scratch& sc, double* log_crit, RowTile* per_row) {
-  std::vector<double> m_run(rows, kNegInf);
+                const Visible& visible, Scratch& sc, double* log_crit, RowTile* per_row,
+                const std::vector<double>* m_seed = nullptr) {
+  std::vector<double> m_run = m_seed ? *m_seed : std::vector<double>(rows, kNegInf);
   for (std::int64_t pos = 0; pos < count; ++pos) {
     const std::int64_t t = first + kv_tile_at(order, pos, count);
     const int cols = load(t, sc);
@@ -259,11 +260,22 @@ TileStats decode_tile_stats(const DecodeProblem& problem, const StatsOptions& op
     const StatsItem* first = &st.items[static_cast<std::size_t>(u) * splits];
     const std::int64_t tiles = (len + tk - 1) / tk;
     std::vector<RowTile> per_row(static_cast<std::size_t>(tiles) * group);
+    // Voting splits after the first start from tile 0's row maxima (the sink), as the decode
+    // kernel and reference_decode do; every lambda > 0 votes, so the seed holds for the curve.
+    std::vector<double> sink;
     for (int s = 0; s < splits; ++s) {
       const StatsItem& it = first[s];
       const std::int64_t local = it.offset - first->offset;
+      const bool seeded = it.tile_begin > 0 && it.tile_count > 0;
+      if (seeded && sink.empty()) {
+        const int cols = load(0, sc);
+        score_tile(group, cols, dim, tk, scale, 0, qrow, sc.kt.data(), visible, sc.s.data(),
+                   sc.rowmax.data());
+        sink.assign(sc.rowmax.begin(), sc.rowmax.begin() + group);
+      }
       walk_tiles(group, dim, tk, scale, it.tile_begin, it.tile_count, KvOrder::kForward, qrow, load,
-                 visible, sc, st.log_crit.data() + it.offset, per_row.data() + local * group);
+                 visible, sc, st.log_crit.data() + it.offset, per_row.data() + local * group,
+                 seeded ? &sink : nullptr);
     }
     finite_rows[u] = tile_masses(group, tiles, per_row.data(), st.mass.data() + first->offset);
   });

@@ -440,13 +440,9 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
       // running maximum (as the decode kernel does; tile 0 adds nothing to this split's sums).
       if (kSkip && range.begin > 0 && range.end > range.begin && log_lambda > kNegInf) {
         const int cols = load(0, sc);
-        std::vector<double> scores(static_cast<std::size_t>(tk));
-        for (int r = 0; r < group; ++r) {
-          dot_rows(qrow(r), sc.kt.data(), dim, cols, tk, scores.data());
-          double mx = kNegInf;
-          for (int j = 0; j < cols; ++j) mx = nan_max(mx, scores[j] * scale);
-          parts[s].st[r].m = mx;
-        }
+        score_tile(group, cols, dim, tk, scale, 0, qrow, sc.kt.data(), visible, sc.s.data(),
+                   sc.rowmax.data());
+        for (int r = 0; r < group; ++r) parts[s].st[r].m = sc.rowmax[r];
       }
       const TileRecord record{b, kvh, s, 0, 0, false};
       run_tiles<kSkip>(group, dim, tk, scale, log_lambda, opt.collect_mass, range.begin,

@@ -213,10 +213,24 @@ __global__ void __launch_bounds__(kThreads) calibration_stats_kernel(Params p) {
     p.finite_rows[blockIdx.x] = finite;
   }
 
-  // Pass 2: the vote's order, a fresh running maximum per split.
+  // Pass 2: the vote's order, a fresh running maximum per split. Decode splits after the first
+  // start from tile 0's row maxima (the sink), as the decode kernel does.
   for (int s = 0; s < u.num_items; ++s) {
     const Segment seg = p.segments[u.first_item + s];
+    __syncthreads();
     for (int r = tid; r < kMaxRows; r += kThreads) m_run[r] = -INFINITY;
+    if (p.decode && seg.tile_begin > 0 && seg.tile_count > 0) {
+      score_tile(0);
+      for (int r = warp; r < kMaxRows; r += kWarps) {
+        const float* sr = ss + r * TK;
+        float mx = -INFINITY;
+        for (int j = lane; j < TK; j += 32) mx = fmaxf(mx, sr[j]);
+        mx = warp_max(mx);
+        __syncwarp();
+        if (lane == 0) m_run[r] = mx;
+        __syncwarp();
+      }
+    }
     for (long long pos = 0; pos < seg.tile_count; ++pos) {
       score_tile(seg.tile_begin + kv_tile_at(static_cast<KvOrder>(p.order), pos, seg.tile_count));
       float crit = -INFINITY, mass = 0.0f;
