@@ -12,6 +12,8 @@ packages=(
   libgtest-dev           # 1.12.1
   libgmock-dev
   libicu-dev             # 72: Unicode classes for the tokenizer
+  chromium               # headless browser for the report tests (bookworm-security tracks upstream)
+  fonts-liberation       # text in chromium's screenshots
 )
 
 missing=()
