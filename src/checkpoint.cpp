@@ -14,8 +14,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Nanoseconds since the Unix epoch (the file clock's own epoch is the library's choice).
 std::int64_t mtime_ns(const fs::path& path) {
-  const auto t = fs::last_write_time(path);
+  const auto t = std::chrono::file_clock::to_sys(fs::last_write_time(path));
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
@@ -70,7 +71,7 @@ void check_weights(const WeightsRef& ref) {
   }
 }
 
-nlohmann::json architecture_json(const ModelConfig& c) {
+nlohmann::ordered_json architecture_json(const ModelConfig& c) {
   std::vector<int> local;
   for (int l = 0; l < c.layers; ++l) {
     if (c.is_local(l)) local.push_back(l);

@@ -23,6 +23,6 @@ WeightsRef pin_weights(const std::filesystem::path& gguf);
 void check_weights(const WeightsRef& ref);
 
 // The hyper-parameters as the engine config's "architecture" object records them.
-nlohmann::json architecture_json(const ModelConfig& config);
+nlohmann::ordered_json architecture_json(const ModelConfig& config);
 
 }  // namespace skipsoftmax

@@ -92,7 +92,7 @@ class GgufBuilder {
 // A Llama-family model's metadata: 2 layers, hidden 128, 2/1 heads of 64, a context of
 // `context_length` tokens, and a vocabulary of single printable ASCII characters ("Ġ" is the
 // space of byte-level BPE) without merges: "hi you" encodes as h, i, Ġ, y, o, u.
-inline GgufBuilder tiny_llama(std::uint32_t context_length = 64) {
+inline GgufBuilder tiny_llama(std::uint32_t context_length = 256) {
   std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "\xC4\xA0"};
   for (char c = '!'; c <= '~'; ++c) tokens.emplace_back(1, c);
   GgufBuilder b;

@@ -149,7 +149,7 @@ ExportPlan plan_export(const CheckpointConfig& checkpoint, const PerPhase<PhaseF
 struct WeightsRef {
   std::filesystem::path file;            // absolute path of the GGUF file
   std::uint64_t bytes = 0;               // its size
-  std::int64_t mtime_ns = 0;             // its last write time, ns since the clock's epoch
+  std::int64_t mtime_ns = 0;             // its last write time, ns since the Unix epoch
   std::string sha256;                    // 64 lowercase hex digits
   std::string architecture_json = "{}";  // the hyper-parameters read from its metadata
 };
