@@ -173,6 +173,16 @@ Engine::Impl::Impl(const gguf::File& file, const ModelConfig& c, const EngineOpt
                                "soft-capping");
     }
   }
+  // Scaled or per-frequency rotary embeddings (Llama 3.1, larger Gemma 3) are not implemented.
+  if (file.find(a + ".rope.scaling.factor") && file.number(a + ".rope.scaling.factor") != 1.0) {
+    throw std::runtime_error(a +
+                             ".rope.scaling.factor: scaled rotary embeddings are not supported");
+  }
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    if (t.name == "rope_freqs.weight") {
+      throw std::runtime_error("rope_freqs.weight: per-frequency rotary factors are not supported");
+    }
+  }
   if (file.find(a + ".final_logit_softcapping")) {
     logit_cap = static_cast<float>(file.number(a + ".final_logit_softcapping"));
   }
