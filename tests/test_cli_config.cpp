@@ -295,6 +295,9 @@ TEST_F(Cli, InspectEngineFollowsEdits) {
                        fs::canonical(ckpt()).string() + ")\n"),
             std::string::npos)
       << r.out;
+  EXPECT_NE(r.out.find("weights: " + fs::canonical(ckpt() / "model.gguf").string() + " (llama, "),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("decode: skip\n  source: engine config skip_softmax_decode_threshold; "
                        "export recorded: flag --skip-softmax-decode-threshold 0.02\n  first "
                        "skippable length: 1\n  flat lambda: 0.02\n"),
@@ -307,6 +310,7 @@ TEST_F(Cli, InspectEngineFollowsEdits) {
   const json j = json::parse(run("inspect --json " + q(engine())).out);
   EXPECT_EQ(j.at("kind"), "engine");
   EXPECT_EQ(j.at("checkpoint_dir"), fs::canonical(ckpt()).string());
+  EXPECT_EQ(j.at("weights").at("architecture").at("name"), "llama");
   EXPECT_EQ(j.at("prefill").at("runs"), "dense");
   EXPECT_EQ(j.at("decode").at("threshold"), 0.02);
 
