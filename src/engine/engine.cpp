@@ -56,7 +56,8 @@ enum class Logits { kNone, kLast, kAll };  // kNone still picks the next tokens
 struct StepOut {
   std::vector<std::int32_t> next;           // [parts]: greedy token after each part (not kAll)
   std::vector<float> logits;                // kLast: [parts, vocab]; kAll: [tokens, vocab]
-  std::vector<std::vector<float>> q, k, v;  // per capture layer: [tokens, heads, head_dim]
+  std::vector<std::vector<float>> q, k, v;  // per capture layer, in the order asked:
+                                            // [tokens, heads, head_dim]
   std::vector<unsigned long long> stats;    // [parts][2]: tiles visited, skipped (global layers)
 };
 
@@ -454,6 +455,9 @@ StepOut Engine::Impl::run_step(const std::vector<Part>& parts,
   check_cuda(cudaMemsetAsync(stats.as(), 0, stats.bytes(), stream), "memset");
   events_used = 0;
   StepOut out;
+  out.q.resize(capture_layers.size());
+  out.k.resize(capture_layers.size());
+  out.v.resize(capture_layers.size());
   const int t = m.num_tokens;
   engine::embed_tokens(meta_at(m.tokens), t, weights.embed.as<bf16_bits>(), config.hidden,
                        embed_scale, x.as<float>(), stream);
@@ -461,11 +465,12 @@ StepOut Engine::Impl::run_step(const std::vector<Part>& parts,
   const std::size_t kv_elems = std::size_t(t) * config.heads_kv * config.head_dim;
   for (int l = 0; l < config.layers; ++l) {
     layer(l, m, kind);
-    if (std::find(capture_layers.begin(), capture_layers.end(), l) != capture_layers.end()) {
+    for (std::size_t c = 0; c < capture_layers.size(); ++c) {
+      if (capture_layers[c] != l) continue;
       // q, k and v still hold this layer's post-RoPE values: the buffers are reused per layer.
-      out.q.push_back(widen(engine::download<std::uint16_t>(q.as(), q_elems, stream)));
-      out.k.push_back(widen(engine::download<std::uint16_t>(k.as(), kv_elems, stream)));
-      out.v.push_back(widen(engine::download<std::uint16_t>(v.as(), kv_elems, stream)));
+      out.q[c] = widen(engine::download<std::uint16_t>(q.as(), q_elems, stream));
+      out.k[c] = widen(engine::download<std::uint16_t>(k.as(), kv_elems, stream));
+      out.v[c] = widen(engine::download<std::uint16_t>(v.as(), kv_elems, stream));
     }
   }
   const std::size_t vocab = static_cast<std::size_t>(config.vocab);
