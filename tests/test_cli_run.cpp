@@ -29,10 +29,10 @@ struct ToolRun {
 class CliRun : public test::TempDirTest {
  protected:
   void SetUp() override {
+    TempDirTest::SetUp();
 #if !SKIPSOFTMAX_HAVE_CUDA
     GTEST_SKIP() << "run and capture exist only in CUDA builds";
 #endif
-    TempDirTest::SetUp();
     write(ckpt() / "config.json", R"({"skip_softmax_prefill_scale_table": [[1024, 512]]})");
     test::tiny_llama().save(ckpt() / "tiny.gguf");
     ASSERT_EQ(run("export " + q(ckpt()) + " " + q(engine())).code, 0);

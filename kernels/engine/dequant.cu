@@ -91,11 +91,17 @@ __global__ void copy_bf16_kernel(const std::uint8_t* src, bf16_bits* dst, std::i
   }
 }
 
+constexpr int kThreads = 256;
+// Enough blocks to fill the GPU; the grid-stride loops cover the rest.
+constexpr std::int64_t kMaxBlocks = 1 << 16;
+
+int blocks_for(std::int64_t count) {
+  return static_cast<int>(std::min((count + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
 template <GgmlType kType, int kValues, int kBytes>
 void launch(const void* src, bf16_bits* dst, std::int64_t count, cudaStream_t stream) {
-  constexpr int kThreads = 256;
-  const std::int64_t blocks = std::min<std::int64_t>((count + kThreads - 1) / kThreads, 1 << 16);
-  dequantize_kernel<kType, kValues, kBytes><<<static_cast<int>(blocks), kThreads, 0, stream>>>(
+  dequantize_kernel<kType, kValues, kBytes><<<blocks_for(count), kThreads, 0, stream>>>(
       static_cast<const std::uint8_t*>(src), dst, count);
 }
 
@@ -134,12 +140,10 @@ void dequantize_to_bf16(GgmlType type, const void* src, bf16_bits* dst, std::int
     case GgmlType::kF32:
       launch<GgmlType::kF32, 1, 4>(src, dst, count, stream);
       break;
-    case GgmlType::kBF16: {
-      const std::int64_t blocks = std::min<std::int64_t>((count + 255) / 256, 1 << 16);
-      copy_bf16_kernel<<<static_cast<int>(blocks), 256, 0, stream>>>(
+    case GgmlType::kBF16:
+      copy_bf16_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
           static_cast<const std::uint8_t*>(src), dst, count);
       break;
-    }
   }
   check_launch("dequantize_to_bf16");
 }

@@ -17,6 +17,9 @@ namespace {
 constexpr int kNormThreads = 256;
 constexpr int kArgmaxThreads = 1024;
 constexpr int kMaxWarps = 32;
+constexpr int kElementwiseThreads = 256;
+// Enough blocks to fill the GPU; the grid-stride loops cover the rest.
+constexpr std::int64_t kMaxBlocks = 1 << 16;
 // sqrt(2 / pi), the constant of GELU's tanh approximation.
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
@@ -169,8 +172,9 @@ __global__ void argmax_kernel(const float* logits, int vocab, std::int32_t* out)
   }
 }
 
-int grid_for(std::int64_t n, int threads) {
-  return static_cast<int>(std::min<std::int64_t>((n + threads - 1) / threads, 1 << 16));
+int grid_for(std::int64_t n) {
+  return static_cast<int>(
+      std::min((n + kElementwiseThreads - 1) / kElementwiseThreads, kMaxBlocks));
 }
 
 }  // namespace
@@ -212,13 +216,14 @@ void gated_activation(const float* gate_up, int num_tokens, int ffn, Activation 
                       cudaStream_t stream) {
   const std::int64_t n = static_cast<std::int64_t>(num_tokens) * ffn;
   if (n == 0) return;
-  gated_activation_kernel<<<grid_for(n, 256), 256, 0, stream>>>(gate_up, num_tokens, ffn, act, h);
+  gated_activation_kernel<<<grid_for(n), kElementwiseThreads, 0, stream>>>(gate_up, num_tokens, ffn,
+                                                                           act, h);
   check_launch("gated_activation");
 }
 
 void soft_cap(float* x, std::int64_t n, float cap, cudaStream_t stream) {
   if (n == 0) return;
-  soft_cap_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, n, cap);
+  soft_cap_kernel<<<grid_for(n), kElementwiseThreads, 0, stream>>>(x, n, cap);
   check_launch("soft_cap");
 }
 
