@@ -187,11 +187,14 @@ TEST_P(GpuEngine, LogitsAndCapturesMatchTheCpuForward) {
     ASSERT_EQ(g.k.size(), r.k.size());
     const double eq = rel_l2(g.q, r.q), ek = rel_l2(g.k, r.k), ev = rel_l2(g.v, r.v);
     std::printf("  layer %d: rel L2 q %.2e, k %.2e, v %.2e\n", layers[i], eq, ek, ev);
-    EXPECT_LE(eq, 3e-2) << "layer " << layers[i]
-                        << " (a large error at layer 0 points at the "
-                           "rotation pairs or the Q/K row order)";
-    EXPECT_LE(ek, 3e-2) << "layer " << layers[i];
-    EXPECT_LE(ev, 3e-2) << "layer " << layers[i];
+    // Layer 0 sees the embeddings directly: bf16 rounding only. Deeper layers add the drift of
+    // the residual stream through bf16 weights.
+    const double bound = layers[i] == 0 ? 1e-2 : 6e-2;
+    EXPECT_LE(eq, bound) << "layer " << layers[i]
+                         << " (a large error at layer 0 points at the rotation pairs or the "
+                            "Q/K row order)";
+    EXPECT_LE(ek, bound) << "layer " << layers[i];
+    EXPECT_LE(ev, bound) << "layer " << layers[i];
   }
 }
 
