@@ -10,6 +10,7 @@
 #include <system_error>
 #include <utility>
 
+#include "checkpoint.h"
 #include "file_io.h"
 #include "table_json.h"
 
@@ -254,6 +255,43 @@ ResolvedPhase engine_phase(const ordered_json& j, Phase phase, const std::string
   return r;
 }
 
+ordered_json weights_to_json(const WeightsRef& w) {
+  return {{"file", w.file.string()},
+          {"bytes", w.bytes},
+          {"mtime_ns", w.mtime_ns},
+          {"sha256", w.sha256}};
+}
+
+WeightsRef weights_from(const ordered_json& j, const std::string& context) {
+  const std::string where = context + ": " + std::string(kWeightsKey);
+  if (!j.at(std::string(kWeightsKey)).is_object()) throw error_in(where, "expected an object");
+  const ordered_json& w = j.at(std::string(kWeightsKey));
+  const auto bad = [&](const char* key, const char* kind) {
+    return error_in(where, std::string(key) + " must be " + kind);
+  };
+  WeightsRef ref;
+  if (!w.contains("file") || !w.at("file").is_string()) throw bad("file", "a string (a path)");
+  if (!w.contains("bytes") || !w.at("bytes").is_number_unsigned()) throw bad("bytes", "a size");
+  if (!w.contains("mtime_ns") || !w.at("mtime_ns").is_number_integer()) {
+    throw bad("mtime_ns", "an integer");
+  }
+  if (!w.contains("sha256") || !w.at("sha256").is_string()) throw bad("sha256", "a string");
+  ref.file = w.at("file").get<std::string>();
+  ref.bytes = w.at("bytes").get<std::uint64_t>();
+  ref.mtime_ns = w.at("mtime_ns").get<std::int64_t>();
+  ref.sha256 = w.at("sha256").get<std::string>();
+  if (ref.sha256.size() != 64 ||
+      ref.sha256.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    throw error_in(where, "sha256 must be 64 lowercase hex digits");
+  }
+  const std::string arch_key(kArchitectureKey);
+  if (!j.contains(arch_key) || !j.at(arch_key).is_object()) {
+    throw error_in(context, arch_key + " must be an object when weights are given");
+  }
+  ref.architecture_json = j.at(arch_key).dump();
+  return ref;
+}
+
 }  // namespace
 
 const char* to_string(Phase phase) { return phase == Phase::kPrefill ? "prefill" : "decode"; }
@@ -375,7 +413,7 @@ ExportPlan plan_export(const CheckpointConfig& checkpoint, const PerPhase<PhaseF
 }
 
 std::string engine_config_json(const fs::path& checkpoint_dir, const CheckpointConfig& checkpoint,
-                               const ExportPlan& plan) {
+                               const ExportPlan& plan, const WeightsRef* weights) {
   ordered_json j = ordered_json::object();
   j[std::string(kCheckpointDirKey)] = checkpoint_dir.string();
   for (Phase phase : kPhases) {
@@ -388,14 +426,26 @@ std::string engine_config_json(const fs::path& checkpoint_dir, const CheckpointC
     j[source_key(phase)] = plan.phases[phase].source;
   }
   j[std::string(kModelConfigKey)] = ordered_json::parse(checkpoint.model_config_json);
+  if (weights) {
+    j[std::string(kWeightsKey)] = weights_to_json(*weights);
+    j[std::string(kArchitectureKey)] = ordered_json::parse(weights->architecture_json);
+  }
   return j.dump(2) + "\n";
 }
 
 ExportPlan export_engine(const fs::path& checkpoint_dir, const fs::path& engine_dir,
-                         const PerPhase<PhaseFlags>& flags) {
+                         const PerPhase<PhaseFlags>& flags, const WeightsFlag& weights) {
   const CheckpointConfig checkpoint = load_checkpoint_config(checkpoint_dir);
   ExportPlan plan = plan_export(checkpoint, flags);
   const fs::path checkpoint_abs = fs::canonical(checkpoint_dir);
+  std::optional<WeightsRef> pinned;
+  if (weights.config_only && weights.file) {
+    throw std::invalid_argument("--weights and --config-only are exclusive");
+  }
+  if (!weights.config_only) {
+    pinned = pin_weights(weights.file ? checkpoint_abs / *weights.file  // absolute stays absolute
+                                      : find_checkpoint_gguf(checkpoint_abs));
+  }
   std::error_code ec;
   if (fs::exists(engine_dir, ec)) {
     if (!fs::is_directory(engine_dir, ec)) {
@@ -407,7 +457,8 @@ ExportPlan export_engine(const fs::path& checkpoint_dir, const fs::path& engine_
                                   "config.json");
     }
   }
-  const std::string text = engine_config_json(checkpoint_abs, checkpoint, plan);
+  const std::string text =
+      engine_config_json(checkpoint_abs, checkpoint, plan, pinned ? &*pinned : nullptr);
   fs::create_directories(engine_dir);
   write_file_atomic(engine_dir / kConfigFileName, [&](std::ostream& out) { out << text; });
   return plan;
@@ -430,6 +481,7 @@ EngineConfig parse_engine_config(std::string_view json_text, const std::string& 
     config.model_config_json = j.at(model_key).dump();
   }
   for (Phase phase : kPhases) config.phases[phase] = engine_phase(j, phase, context);
+  if (j.contains(std::string(kWeightsKey))) config.weights = weights_from(j, context);
   return config;
 }
 

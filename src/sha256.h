@@ -1,5 +1,5 @@
-// SHA-256 (FIPS 180-4), for the identities that key calibration's statistics cache: the model
-// file's checksum (as scripts/fetch-models.sh checks it) and the prompts' tokens.
+// SHA-256 (FIPS 180-4) of byte strings and files, without a crypto library: the model file's
+// checksum (export pins an engine's weights with it), the keys of calibration's statistics cache.
 #pragma once
 
 #include <cstddef>

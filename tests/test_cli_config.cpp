@@ -13,6 +13,7 @@
 
 #include "file_io.h"
 #include "test_util.h"
+#include "tiny_gguf.h"
 
 namespace skipsoftmax {
 namespace {
@@ -41,6 +42,7 @@ class Cli : public test::TempDirTest {
   void SetUp() override {
     TempDirTest::SetUp();
     write(ckpt() / "config.json", kCheckpoint);
+    test::tiny_llama().save(ckpt() / "model.gguf");
   }
 
   fs::path ckpt() const { return dir_ / "ckpt"; }
@@ -192,6 +194,37 @@ TEST_F(Cli, ExportBadFlags) {
   expect_export_fails("--prefill-sparsity 0.5", "--prefill-sparsity");
 }
 
+TEST_F(Cli, ExportPinsTheCheckpointsGgufFile) {
+  const ToolRun r = export_with("");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string file = fs::canonical(ckpt() / "model.gguf").string();
+  EXPECT_NE(r.out.find("weights: " + file + " ("), std::string::npos) << r.out;
+  const json j = engine_config();
+  EXPECT_EQ(j.at("weights").at("file"), file);
+  EXPECT_EQ(j.at("weights").at("bytes"), fs::file_size(ckpt() / "model.gguf"));
+  EXPECT_EQ(j.at("architecture").at("name"), "llama");
+  EXPECT_EQ(j.at("architecture").at("heads_q"), 2);
+}
+
+TEST_F(Cli, ExportWeightsFlags) {
+  fs::remove(ckpt() / "model.gguf");
+  expect_export_fails("", "no *.gguf model file in the checkpoint directory");
+  test::tiny_llama().save(ckpt() / "a.gguf");
+  test::tiny_llama(32).save(ckpt() / "b.gguf");
+  expect_export_fails("", "several *.gguf files (a.gguf, b.gguf)");
+  ToolRun r = export_with("--weights b.gguf");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(engine_config().at("weights").at("file"), fs::canonical(ckpt() / "b.gguf").string());
+  r = export_with("--config-only");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("weights: none (--config-only)"), std::string::npos) << r.out;
+  EXPECT_FALSE(engine_config().contains("weights"));
+  fs::remove_all(engine());
+  expect_export_fails("--weights a.gguf --config-only", "--weights excludes --config-only");
+  std::ofstream(ckpt() / "c.gguf") << "text";
+  expect_export_fails("--weights c.gguf", "c.gguf: not a GGUF file");
+}
+
 TEST_F(Cli, FailedExportKeepsThePreviousEngineConfig) {
   ASSERT_EQ(export_with("").code, 0);
   const std::string before = read_text_file(engine() / "config.json");
@@ -262,6 +295,9 @@ TEST_F(Cli, InspectEngineFollowsEdits) {
                        fs::canonical(ckpt()).string() + ")\n"),
             std::string::npos)
       << r.out;
+  EXPECT_NE(r.out.find("weights: " + fs::canonical(ckpt() / "model.gguf").string() + " (llama, "),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("decode: skip\n  source: engine config skip_softmax_decode_threshold; "
                        "export recorded: flag --skip-softmax-decode-threshold 0.02\n  first "
                        "skippable length: 1\n  flat lambda: 0.02\n"),
@@ -274,6 +310,7 @@ TEST_F(Cli, InspectEngineFollowsEdits) {
   const json j = json::parse(run("inspect --json " + q(engine())).out);
   EXPECT_EQ(j.at("kind"), "engine");
   EXPECT_EQ(j.at("checkpoint_dir"), fs::canonical(ckpt()).string());
+  EXPECT_EQ(j.at("weights").at("architecture").at("name"), "llama");
   EXPECT_EQ(j.at("prefill").at("runs"), "dense");
   EXPECT_EQ(j.at("decode").at("threshold"), 0.02);
 

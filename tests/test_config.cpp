@@ -13,6 +13,7 @@
 #include "file_io.h"
 #include "skipsoftmax/config.h"
 #include "test_util.h"
+#include "tiny_gguf.h"
 
 namespace skipsoftmax {
 namespace {
@@ -477,6 +478,7 @@ TEST_F(CheckpointFiles, UpdateRewritesTheFileAndFailureLeavesItUntouched) {
 
 TEST_F(CheckpointFiles, ExportWritesTheEngineConfigCreatingTheDirectory) {
   write(dir_ / "ckpt" / "config.json", kCheckpoint);
+  test::tiny_llama().save(dir_ / "ckpt" / "model.gguf");
   const fs::path engine = dir_ / "a" / "b" / "engine";
   export_engine(dir_ / "ckpt", engine, {});
   const EngineConfig e = load_engine_config(engine);
@@ -488,6 +490,7 @@ TEST_F(CheckpointFiles, ExportWritesTheEngineConfigCreatingTheDirectory) {
 
 TEST_F(CheckpointFiles, ExportErrorsWriteNothing) {
   write(dir_ / "ckpt" / "config.json", kCheckpoint);
+  test::tiny_llama().save(dir_ / "ckpt" / "model.gguf");
   const fs::path engine = dir_ / "engine";
   EXPECT_ERROR_HAS(export_engine(dir_ / "missing", engine, {}), "no such checkpoint directory");
   EXPECT_ERROR_HAS(export_engine(dir_ / "ckpt", engine, prefill_flags({.target_sparsity = "99%"})),

@@ -1,5 +1,6 @@
 // skipsoftmax export CHECKPOINT_DIR ENGINE_DIR: resolves each phase's threshold from the flags and
-// the checkpoint (precedence in skipsoftmax/config.h) and writes ENGINE_DIR/config.json.
+// the checkpoint (precedence in skipsoftmax/config.h), pins the checkpoint's GGUF weights and
+// writes ENGINE_DIR/config.json.
 #include <iostream>
 #include <memory>
 #include <stdexcept>
@@ -25,6 +26,8 @@ struct ExportOptions {
   std::string checkpoint_dir;
   std::string engine_dir;
   PerPhase<PhaseOptions> phases;
+  std::string weights_file;
+  bool config_only = false;
 };
 
 PhaseFlags to_flags(Phase phase, const PhaseOptions& o) {
@@ -44,7 +47,10 @@ PhaseFlags to_flags(Phase phase, const PhaseOptions& o) {
 void run_export(const ExportOptions& o) {
   PerPhase<PhaseFlags> flags;
   for (Phase phase : kPhases) flags[phase] = to_flags(phase, o.phases[phase]);
-  const ExportPlan plan = export_engine(o.checkpoint_dir, o.engine_dir, flags);
+  WeightsFlag weights;
+  if (!o.weights_file.empty()) weights.file = o.weights_file;
+  weights.config_only = o.config_only;
+  const ExportPlan plan = export_engine(o.checkpoint_dir, o.engine_dir, flags, weights);
   for (const std::string& note : plan.notes) {
     std::cerr << "skipsoftmax export: note: " << note << '\n';
   }
@@ -52,6 +58,13 @@ void run_export(const ExportOptions& o) {
   for (Phase phase : kPhases) {
     const ResolvedPhase& r = plan.phases[phase];
     std::cout << to_string(phase) << ": " << r.threshold.describe() << "  [" << r.source << "]\n";
+  }
+  const EngineConfig written = load_engine_config(o.engine_dir);
+  if (written.weights) {
+    std::cout << "weights: " << written.weights->file.string() << " (" << written.weights->bytes
+              << " bytes, sha256 " << written.weights->sha256 << ")\n";
+  } else {
+    std::cout << "weights: none (--config-only)\n";
   }
 }
 
@@ -76,6 +89,12 @@ void add_export(CLI::App& app) {
       ->required();
   sub->add_option("ENGINE_DIR", o->engine_dir, "Engine directory, created if missing")->required();
   for (Phase phase : kPhases) add_phase_options(*sub, phase, o->phases[phase]);
+  CLI::Option* weights = sub->add_option(
+      "--weights", o->weights_file,
+      "The GGUF file to pin (relative to CHECKPOINT_DIR); default: its one *.gguf file");
+  sub->add_flag("--config-only", o->config_only,
+                "Export the thresholds without weights (an engine that cannot run)")
+      ->excludes(weights);
   sub->callback([o] { run_export(*o); });
 }
 

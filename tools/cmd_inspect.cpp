@@ -27,6 +27,7 @@ struct InspectOptions {
 struct View {
   fs::path dir;
   std::optional<fs::path> checkpoint_dir;  // engine only
+  std::optional<WeightsRef> weights;       // engine only, when it has weights
   std::optional<CheckpointConfig> checkpoint;
   PerPhase<ResolvedPhase> phases;
   std::vector<std::string> notes;
@@ -40,6 +41,7 @@ View inspect(const fs::path& dir) {
     EngineConfig engine = load_engine_config(dir);
     v.checkpoint_dir = engine.checkpoint_dir;
     v.phases = engine.phases;
+    v.weights = engine.weights;
     return v;
   }
   v.checkpoint = load_checkpoint_config(dir);
@@ -81,7 +83,16 @@ json phase_json(const ResolvedPhase& r, const CheckpointPhase* checkpoint) {
 
 void print_json(const View& v) {
   json j = {{"kind", v.checkpoint ? "checkpoint" : "engine"}, {"dir", v.dir.string()}};
-  if (v.checkpoint_dir) j["checkpoint_dir"] = v.checkpoint_dir->string();
+  if (v.checkpoint_dir) {
+    j["checkpoint_dir"] = v.checkpoint_dir->string();
+    j["weights"] = nullptr;
+    if (v.weights) {
+      j["weights"] = {{"file", v.weights->file.string()},
+                      {"bytes", v.weights->bytes},
+                      {"sha256", v.weights->sha256},
+                      {"architecture", json::parse(v.weights->architecture_json)}};
+    }
+  }
   for (Phase phase : kPhases) {
     j[to_string(phase)] =
         phase_json(v.phases[phase], v.checkpoint ? &v.checkpoint->phases[phase] : nullptr);
@@ -130,6 +141,13 @@ void print_text(const View& v) {
   } else {
     std::cout << "engine " << v.dir.string() << " (exported from " << v.checkpoint_dir->string()
               << ")\n";
+    if (v.weights) {
+      std::cout << "weights: " << v.weights->file.string() << " ("
+                << json::parse(v.weights->architecture_json).value("name", "?") << ", "
+                << v.weights->bytes << " bytes)\n";
+    } else {
+      std::cout << "weights: none (exported with --config-only)\n";
+    }
   }
   for (Phase phase : kPhases) {
     print_phase(phase, v.phases[phase], v.checkpoint ? &v.checkpoint->phases[phase] : nullptr);

@@ -17,10 +17,18 @@
 //   model_config                    the checkpoint's non-skip keys
 //   skip_softmax_<phase>_scale_table or skip_softmax_<phase>_threshold  (neither: dense)
 //   skip_softmax_<phase>_source     how export chose it, for people
+//   weights                         the checkpoint's GGUF file: {file, bytes, mtime_ns, sha256}
+//   architecture                    the model's hyper-parameters as export read them (for people
+//                                   and tools; the runtime reads the GGUF file itself)
+// A GGUF checkpoint directory holds config.json and one *.gguf file; export finds that file (or
+// takes --weights FILE when there are several) and pins it: the runtime refuses a file whose size
+// or, when its modification time changed, SHA-256 differs. --config-only exports the thresholds
+// of a checkpoint without weights (no `run`).
 // The runtime reads the engine config at load time, so editing it re-targets the engine.
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -49,6 +57,9 @@ inline constexpr std::string_view kShapeAdviceKey = "skip_softmax_prefill_shape_
 inline constexpr std::string_view kDecodeShapeAdviceKey = "skip_softmax_decode_shape_advice";
 inline constexpr std::string_view kCheckpointDirKey = "checkpoint_dir";
 inline constexpr std::string_view kModelConfigKey = "model_config";
+inline constexpr std::string_view kWeightsKey = "weights";
+inline constexpr std::string_view kArchitectureKey = "architecture";
+inline constexpr std::string_view kWeightsExtension = ".gguf";
 
 std::string scale_table_key(Phase phase);      // skip_softmax_<phase>_scale_table
 std::string scale_tables_key(Phase phase);     // skip_softmax_<phase>_scale_tables
@@ -138,21 +149,41 @@ struct ExportPlan {
 // checkpoint target_sparsity whose tier is missing.
 ExportPlan plan_export(const CheckpointConfig& checkpoint, const PerPhase<PhaseFlags>& flags);
 
-// The engine config.json text. checkpoint_dir should be absolute.
-std::string engine_config_json(const std::filesystem::path& checkpoint_dir,
-                               const CheckpointConfig& checkpoint, const ExportPlan& plan);
+// The weights an engine runs, pinned at export.
+struct WeightsRef {
+  std::filesystem::path file;            // absolute path of the GGUF file
+  std::uint64_t bytes = 0;               // its size
+  std::int64_t mtime_ns = 0;             // its last write time, ns since the Unix epoch
+  std::string sha256;                    // 64 lowercase hex digits
+  std::string architecture_json = "{}";  // the hyper-parameters read from its metadata
+};
 
-// Plans from <checkpoint_dir>/config.json and writes <engine_dir>/config.json atomically, creating
-// engine_dir if needed. Nothing is written when anything fails. Returns the plan for its notes.
+// Which weights export pins.
+struct WeightsFlag {
+  std::optional<std::filesystem::path> file;  // --weights FILE; relative: to the checkpoint dir
+  bool config_only = false;                   // --config-only: no weights
+};
+
+// The engine config.json text. checkpoint_dir should be absolute; weights may be null.
+std::string engine_config_json(const std::filesystem::path& checkpoint_dir,
+                               const CheckpointConfig& checkpoint, const ExportPlan& plan,
+                               const WeightsRef* weights = nullptr);
+
+// Plans from <checkpoint_dir>/config.json, pins the weights (the checkpoint's one *.gguf file
+// unless `weights` says otherwise) and writes <engine_dir>/config.json atomically, creating
+// engine_dir if needed. Nothing is written when anything fails: a checkpoint with no or several
+// GGUF files, a file that is not a GGUF of a supported architecture. Returns the plan for its
+// notes.
 ExportPlan export_engine(const std::filesystem::path& checkpoint_dir,
-                         const std::filesystem::path& engine_dir,
-                         const PerPhase<PhaseFlags>& flags);
+                         const std::filesystem::path& engine_dir, const PerPhase<PhaseFlags>& flags,
+                         const WeightsFlag& weights = {});
 
 struct EngineConfig {
   std::filesystem::path checkpoint_dir;
   std::string model_config_json;  // "{}" when absent
   // source names the engine key the threshold came from and what export recorded.
   PerPhase<ResolvedPhase> phases;
+  std::optional<WeightsRef> weights;  // absent: exported with --config-only
 };
 
 // Strict: an unknown skip_softmax_* key, a table and a threshold for one phase, a malformed table

@@ -1,0 +1,106 @@
+// The GPU engine of the Llama family (SmolLM2) and Gemma 3: GGUF weights dequantized to bf16 at
+// load, cuBLAS projections (bf16 in, fp32 accumulate and out), the residual stream in fp32, a
+// paged KV cache, and attention through the library's kernels: run_prefill for prompts (dense or
+// skip by the dispatch rule, with the sliding window on Gemma's local layers) and run_decode for
+// generated tokens. Greedy decoding over a ragged batch, prompts prefilled whole or in chunks over
+// the cache.
+//
+// Per layer, in the GGUF's conventions (llama.cpp's graphs):
+//   h = rmsnorm(x) * w_attn;  q, k, v = h W_qkv^T
+//   Gemma 3: q, k = rmsnorm per head * w_q, w_k (its norm weights hold the 1 + w of the original)
+//   q, k rotated: Llama in adjacent pairs (the converter permuted its Q/K rows), Gemma in halves
+//   a = attention(q, k, v), scale 1/sqrt(head_dim); Gemma's local layers see the last `window`
+//   keys and never skip; o = a W_o^T
+//   Llama: x += o;  Gemma 3: x += rmsnorm(o) * w_post_attn
+//   h = rmsnorm(x) * w_ffn;  m = act(h W_gate^T) * (h W_up^T) W_down^T  (SiLU; Gemma: GELU-tanh)
+//   Llama: x += m;  Gemma 3: x += rmsnorm(m) * w_post_ffn
+// Embeddings are scaled by sqrt(hidden) on Gemma; logits = rmsnorm(x) * w_out W_lm^T (W_lm tied
+// to the embeddings when the file has no output.weight), soft-capped when the file says so.
+//
+// This header is free of CUDA headers. Constructing an engine needs a Hopper GPU.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gguf.h"
+#include "model_config.h"
+#include "model_ref.h"
+#include "skipsoftmax/config.h"
+#include "skipsoftmax/threshold.h"
+
+namespace skipsoftmax {
+
+struct EngineOptions {
+  int page_size = 64;              // tokens per KV page (paged_kv.h: a power of two in [16, 128])
+  int prefill_chunk = 0;           // prompt tokens per sequence and prefill step; 0: all at once
+  PerPhase<Threshold> thresholds;  // global layers; sliding-window layers always run dense
+  bool time_attention = false;     // CUDA events around every attention launch
+};
+
+struct GenerationRequest {
+  std::vector<std::int32_t> prompt;
+  int max_new_tokens = 1;
+};
+
+struct TileStats {
+  std::uint64_t visited = 0;
+  std::uint64_t skipped = 0;
+};
+
+struct GenerationResult {
+  std::vector<std::int32_t> tokens;  // generated, the EOS token included when reached
+  bool reached_eos = false;
+  double ttft_ms = 0.0;        // from the start of generate() to this request's first token
+  double last_token_ms = 0.0;  // from the start of generate() to its last token
+  PerPhase<TileStats> tiles;   // the skip kernels' statistics over the global layers
+};
+
+struct GenerationReport {
+  std::vector<GenerationResult> results;  // in request order
+  double prefill_ms = 0.0;                // every prompt's prefill, the first tokens included
+  double decode_ms = 0.0;
+  double attention_ms = 0.0;                 // with EngineOptions::time_attention
+  std::uint64_t peak_device_used_bytes = 0;  // device memory in use (all processes), sampled
+};
+
+struct ForwardOptions {
+  std::vector<int> capture_layers;  // layers whose post-RoPE Q, K and V to return
+  bool all_logits = false;          // false: the last token's logits only
+};
+
+struct ForwardResult {
+  std::vector<std::vector<float>> logits;           // per prompt: [tokens or 1, vocab]
+  std::vector<std::vector<LayerCapture>> captures;  // per prompt, per capture layer
+};
+
+class Engine {
+ public:
+  // Loads the weights onto the current device. Throws std::runtime_error without a Hopper GPU,
+  // for a missing or mis-shaped tensor, or for options the kernels cannot run.
+  Engine(const gguf::File& file, const ModelConfig& config, const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const ModelConfig& config() const;
+  // Bytes the engine holds on the device: weights, KV cache, buffers (most at any time).
+  std::uint64_t device_bytes_peak() const;
+
+  // Greedy generation for a ragged batch: prefill (whole or chunked), then one decode step per
+  // token for the requests still running; a request stops at `eos` or at max_new_tokens.
+  // Throws std::invalid_argument for an empty prompt, an id outside the vocabulary or a request
+  // longer than the context.
+  GenerationReport generate(const std::vector<GenerationRequest>& requests, std::int32_t eos);
+
+  // Prefill only (whole or chunked, as the options say), returning logits and captures.
+  ForwardResult forward(const std::vector<std::vector<std::int32_t>>& prompts,
+                        const ForwardOptions& options);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace skipsoftmax

@@ -1,0 +1,342 @@
+// The GPU engine on the real checkpoints (SKIPSOFTMAX_SMOLLM2_GGUF, SKIPSOFTMAX_GEMMA3_GGUF, set
+// by scripts/test.sh when models/ has them) against the CPU reference forward pass (model_ref.h)
+// and against itself: logits and post-RoPE Q/K/V, chunked against one-shot prefill, a ragged
+// batch against single runs, a skip engine whose table cannot skip against the dense one, and the
+// run command end to end. Skipped without a Hopper GPU or without the files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine.h"
+#include "file_io.h"
+#include "gguf.h"
+#include "model_config.h"
+#include "model_ref.h"
+#include "skipsoftmax/prefill.h"
+#include "tokenizer.h"
+
+namespace skipsoftmax {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Checkpoint {
+  const char* name;
+  const char* env;
+  int logit_tokens;  // tokens of the comparison with the CPU: Gemma's go past its 512 window
+  int long_prompt;   // the longest prompt of the batch tests
+};
+
+void PrintTo(const Checkpoint& c, std::ostream* os) { *os << c.name; }
+
+const Checkpoint kCheckpoints[] = {{"SmolLM2", "SKIPSOFTMAX_SMOLLM2_GGUF", 256, 300},
+                                   {"Gemma3", "SKIPSOFTMAX_GEMMA3_GGUF", 640, 600}};
+
+// Real tokens for Gemma 3 until its SentencePiece tokenizer is here: the text's longest
+// vocabulary pieces from left to right ("▁" marks a space; byte tokens <0xNN> cover the rest).
+std::vector<std::int32_t> longest_pieces(const gguf::File& f, const std::string& text) {
+  const std::vector<std::string>& vocab = f.strings("tokenizer.ggml.tokens");
+  std::unordered_map<std::string, std::int32_t> ids;
+  std::size_t longest = 0;
+  for (std::size_t i = 0; i < vocab.size(); ++i) {
+    ids.emplace(vocab[i], static_cast<std::int32_t>(i));
+    longest = std::max(longest, vocab[i].size());
+  }
+  std::string s;
+  for (char c : text) s += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);
+  std::vector<std::int32_t> out;
+  for (std::size_t i = 0; i < s.size();) {
+    std::size_t len = std::min(longest, s.size() - i);
+    for (; len > 0; --len) {
+      if (const auto it = ids.find(s.substr(i, len)); it != ids.end()) {
+        out.push_back(it->second);
+        break;
+      }
+    }
+    if (len == 0) {
+      char byte[8];
+      std::snprintf(byte, sizeof byte, "<0x%02X>", static_cast<unsigned char>(s[i]));
+      const auto it = ids.find(byte);
+      out.push_back(it != ids.end() ? it->second : 0);
+      len = 1;
+    }
+    i += len;
+  }
+  return out;
+}
+
+struct Model {
+  gguf::File file;
+  ModelConfig config;
+  std::vector<std::int32_t> tokens;  // the test text, BOS first where the model wants one
+  std::int32_t eos;
+};
+
+std::optional<Model> load(const Checkpoint& c) {
+  const char* path = std::getenv(c.env);
+  if (!path || !fs::exists(path)) return std::nullopt;
+  gguf::File file = gguf::File::open(path);
+  ModelConfig config = read_model_config(file);
+  const std::string text = read_text_file(fs::path(SKIPSOFTMAX_TEST_DATA) / "engine_text.txt");
+  std::vector<std::int32_t> tokens;
+  if (const gguf::Value* bos = file.find("tokenizer.ggml.add_bos_token");
+      bos && std::get<bool>(*bos)) {
+    tokens.push_back(static_cast<std::int32_t>(file.integer("tokenizer.ggml.bos_token_id")));
+  }
+  const std::vector<std::int32_t> body = config.architecture == "llama"
+                                             ? BpeTokenizer::from_gguf(file).encode(text)
+                                             : longest_pieces(file, text);
+  tokens.insert(tokens.end(), body.begin(), body.end());
+  const auto eos = static_cast<std::int32_t>(file.integer("tokenizer.ggml.eos_token_id"));
+  return Model{std::move(file), std::move(config), std::move(tokens), eos};
+}
+
+std::vector<std::int32_t> head(const std::vector<std::int32_t>& v, std::size_t n,
+                               std::size_t from = 0) {
+  return {v.begin() + static_cast<std::ptrdiff_t>(from),
+          v.begin() + static_cast<std::ptrdiff_t>(from + n)};
+}
+
+class GpuEngine : public ::testing::TestWithParam<Checkpoint> {
+ protected:
+  void SetUp() override {
+    if (!hopper_gpu_available()) GTEST_SKIP() << "no Hopper GPU on this machine";
+    model_ = load(GetParam());
+    if (!model_) GTEST_SKIP() << GetParam().env << " not set";
+  }
+  Engine engine(int page_size = 64, int prefill_chunk = 0, Threshold threshold = {},
+                bool time_attention = false) const {
+    EngineOptions o;
+    o.page_size = page_size;
+    o.prefill_chunk = prefill_chunk;
+    o.thresholds = {threshold, threshold};
+    o.time_attention = time_attention;
+    return Engine(model_->file, model_->config, o);
+  }
+  std::optional<Model> model_;
+};
+
+struct LogitComparison {
+  double top1_agreement = 0.0;
+  double max_abs_diff = 0.0;
+  double max_abs_ref = 0.0;
+};
+
+LogitComparison compare_logits(const std::vector<float>& got, const std::vector<float>& ref,
+                               std::size_t vocab) {
+  LogitComparison c;
+  const std::size_t rows = ref.size() / vocab;
+  std::size_t agree = 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const auto g = got.begin() + static_cast<std::ptrdiff_t>(r * vocab);
+    const auto e = ref.begin() + static_cast<std::ptrdiff_t>(r * vocab);
+    agree += std::max_element(g, g + static_cast<std::ptrdiff_t>(vocab)) - g ==
+             std::max_element(e, e + static_cast<std::ptrdiff_t>(vocab)) - e;
+  }
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    c.max_abs_diff = std::max(c.max_abs_diff, double(std::abs(got[i] - ref[i])));
+    c.max_abs_ref = std::max(c.max_abs_ref, double(std::abs(ref[i])));
+  }
+  c.top1_agreement = double(agree) / double(rows);
+  return c;
+}
+
+double rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+TEST_P(GpuEngine, LogitsAndCapturesMatchTheCpuForward) {
+  const Model& m = *model_;
+  const std::vector<std::int32_t> tokens = head(m.tokens, GetParam().logit_tokens);
+  const int last = m.config.layers - 1;
+  const std::vector<int> layers = {0, std::min(5, last), last};
+  Engine e = engine();
+  const ForwardResult gpu = e.forward({tokens}, {.capture_layers = layers, .all_logits = true});
+  const CpuForwardResult cpu = cpu_forward(
+      m.file, m.config, tokens, {.capture_layers = layers, .all_logits = true, .num_threads = 0});
+  ASSERT_EQ(gpu.logits[0].size(), cpu.logits.size());
+  const LogitComparison c = compare_logits(gpu.logits[0], cpu.logits, m.config.vocab);
+  std::printf("%s, %zu tokens: top-1 agreement %.4f, max |logit diff| %.4f (max |logit| %.2f)\n",
+              GetParam().name, tokens.size(), c.top1_agreement, c.max_abs_diff, c.max_abs_ref);
+  EXPECT_GE(c.top1_agreement, 0.99);
+  EXPECT_LE(c.max_abs_diff, 0.05 * c.max_abs_ref);
+  // Q and K after the rotary embedding (and Gemma's q/k norms), as the attention kernels see them;
+  // bf16 weights and activations on the GPU.
+  ASSERT_EQ(cpu.captures.size(), layers.size());
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const LayerCapture& g = gpu.captures[0][i];
+    const LayerCapture& r = cpu.captures[i];
+    ASSERT_EQ(g.q.size(), r.q.size());
+    ASSERT_EQ(g.k.size(), r.k.size());
+    const double eq = rel_l2(g.q, r.q), ek = rel_l2(g.k, r.k), ev = rel_l2(g.v, r.v);
+    std::printf("  layer %d: rel L2 q %.2e, k %.2e, v %.2e\n", layers[i], eq, ek, ev);
+    // Layer 0 sees the embeddings directly: bf16 rounding only. Deeper layers add the drift of
+    // the residual stream through bf16 weights.
+    const double bound = layers[i] == 0 ? 1e-2 : 6e-2;
+    EXPECT_LE(eq, bound) << "layer " << layers[i]
+                         << " (a large error at layer 0 points at the rotation pairs or the "
+                            "Q/K row order)";
+    EXPECT_LE(ek, bound) << "layer " << layers[i];
+    EXPECT_LE(ev, bound) << "layer " << layers[i];
+  }
+}
+
+TEST_P(GpuEngine, ChunkedPrefillEqualsOneShot) {
+  const Model& m = *model_;
+  const std::vector<std::int32_t> tokens = head(m.tokens, GetParam().long_prompt);
+  Engine whole = engine();
+  // Chunks off every tile multiple, pages of 16: the history crosses many pages.
+  Engine chunked = engine(16, 48);
+  const ForwardResult a = whole.forward({tokens}, {.capture_layers = {}, .all_logits = true});
+  const ForwardResult b = chunked.forward({tokens}, {.capture_layers = {}, .all_logits = true});
+  const LogitComparison c = compare_logits(b.logits[0], a.logits[0], m.config.vocab);
+  std::printf("%s: chunked vs one-shot: top-1 %.4f, max diff %.4f\n", GetParam().name,
+              c.top1_agreement, c.max_abs_diff);
+  EXPECT_GE(c.top1_agreement, 0.995);
+  EXPECT_LE(c.max_abs_diff, 0.02 * c.max_abs_ref);
+}
+
+// The single run's greedy tokens for `prompt`, and the margin between its best and second-best
+// logits at each generated position (from a prefill over prompt + tokens).
+struct Greedy {
+  std::vector<std::int32_t> tokens;
+  std::vector<float> margins;
+};
+
+Greedy greedy_with_margins(Engine& e, const std::vector<std::int32_t>& prompt, int new_tokens,
+                           std::int32_t eos, std::size_t vocab) {
+  Greedy g;
+  g.tokens = e.generate({{prompt, new_tokens}}, eos).results[0].tokens;
+  std::vector<std::int32_t> all = prompt;
+  all.insert(all.end(), g.tokens.begin(), g.tokens.end() - 1);
+  const ForwardResult f = e.forward({all}, {.capture_layers = {}, .all_logits = true});
+  for (std::size_t j = 0; j < g.tokens.size(); ++j) {
+    const auto row =
+        f.logits[0].begin() + static_cast<std::ptrdiff_t>((prompt.size() - 1 + j) * vocab);
+    std::vector<float> r(row, row + static_cast<std::ptrdiff_t>(vocab));
+    std::partial_sort(r.begin(), r.begin() + 2, r.end(), std::greater<float>());
+    g.margins.push_back(r[0] - r[1]);
+  }
+  return g;
+}
+
+// a equals b, except that they may part at a position where the reference's two best logits
+// were within `tie` (rounding then decides).
+void expect_same_greedy(const std::vector<std::int32_t>& got, const Greedy& ref, float tie,
+                        const std::string& what) {
+  for (std::size_t j = 0; j < std::min(got.size(), ref.tokens.size()); ++j) {
+    if (got[j] == ref.tokens[j]) continue;
+    EXPECT_LT(ref.margins[j], tie) << what << ": token " << j << " differs (" << got[j] << " vs "
+                                   << ref.tokens[j] << ") where the choice was clear";
+    return;
+  }
+  EXPECT_EQ(got.size(), ref.tokens.size()) << what;
+}
+
+TEST_P(GpuEngine, RaggedBatchEqualsSingleRuns) {
+  const Model& m = *model_;
+  const std::size_t vocab = static_cast<std::size_t>(m.config.vocab);
+  const std::vector<std::vector<std::int32_t>> prompts = {
+      head(m.tokens, 37), head(m.tokens, GetParam().long_prompt, 50), head(m.tokens, 91, 400)};
+  const std::vector<int> new_tokens = {12, 16, 8};
+  Engine e = engine(32);
+  std::vector<GenerationRequest> batch;
+  for (std::size_t i = 0; i < prompts.size(); ++i) batch.push_back({prompts[i], new_tokens[i]});
+  const GenerationReport report = e.generate(batch, -1);  // no EOS: every request runs its length
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const GenerationResult& r = report.results[i];
+    EXPECT_EQ(r.tokens.size(), static_cast<std::size_t>(new_tokens[i]));
+    EXPECT_GT(r.ttft_ms, 0.0);
+    EXPECT_GE(r.last_token_ms, r.ttft_ms);
+    // The single run decodes with the decode kernel; its margins come from a prefill over the same
+    // tokens, so this also checks decode against prefill.
+    const Greedy single = greedy_with_margins(e, prompts[i], new_tokens[i], -1, vocab);
+    expect_same_greedy(r.tokens, single, 0.05f, "request " + std::to_string(i));
+  }
+  EXPECT_GT(report.peak_device_used_bytes, e.device_bytes_peak() / 2);
+}
+
+TEST_P(GpuEngine, SkipEngineWithAnUnreachableTableGeneratesTheDenseText) {
+  const Model& m = *model_;
+  const std::vector<std::int32_t> prompt = head(m.tokens, GetParam().long_prompt);
+  // First bin far above prompt + new tokens: the guard keeps every sequence exact dense. Chunked,
+  // so that prefill runs the skip kernel (a chunk with history takes it whenever the table can
+  // skip at some length), guarded to lambda = 0.
+  const Threshold unreachable = Threshold::table(ScaleTable({{4096, 1000.0}}));
+  Engine dense = engine(64, 128);
+  Engine skip = engine(64, 128, unreachable, true);
+  const GenerationReport a = dense.generate({{prompt, 24}}, m.eos);
+  const GenerationReport b = skip.generate({{prompt, 24}}, m.eos);
+  EXPECT_EQ(a.results[0].tokens, b.results[0].tokens);
+  EXPECT_EQ(a.results[0].tiles.prefill.visited, 0u);  // the dense kernels keep no statistics
+  EXPECT_EQ(b.results[0].tiles.prefill.skipped, 0u);
+  EXPECT_EQ(b.results[0].tiles.decode.skipped, 0u);
+  EXPECT_GT(b.attention_ms, 0.0);
+  EXPECT_EQ(a.attention_ms, 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, GpuEngine, ::testing::ValuesIn(kCheckpoints),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+// skipsoftmax export + run on SmolLM2, as a user runs them, then the engine config edited.
+TEST(GpuEngineTool, ExportRunAndRetarget) {
+  if (!hopper_gpu_available()) GTEST_SKIP() << "no Hopper GPU on this machine";
+  const char* path = std::getenv("SKIPSOFTMAX_SMOLLM2_GGUF");
+  if (!path || !fs::exists(path)) GTEST_SKIP() << "SKIPSOFTMAX_SMOLLM2_GGUF not set";
+  const fs::path dir =
+      fs::temp_directory_path() / ("skipsoftmax_engine_" + std::to_string(getpid()));
+  fs::create_directories(dir / "ckpt");
+  fs::create_symlink(fs::absolute(path), dir / "ckpt" / "model.gguf");
+  std::ofstream(dir / "ckpt" / "config.json") << "{}";
+  std::ofstream(dir / "in.json")
+      << R"(["The capital of France is", {"prompt": "Once upon a time", "max_new_tokens": 5,
+                                           "id": "story"}])";
+  const fs::path tool =
+      fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "skipsoftmax";
+  const auto sh = [&](const std::string& args) {
+    return std::system((tool.string() + " " + args + " > /dev/null 2>&1").c_str());
+  };
+  ASSERT_EQ(sh("export " + (dir / "ckpt").string() + " " + (dir / "engine").string()), 0);
+  const std::string run = "run --engine-dir " + (dir / "engine").string() + " --input-file " +
+                          (dir / "in.json").string() + " --max-new-tokens 8 --output-file ";
+  ASSERT_EQ(sh(run + (dir / "dense.json").string() + " --time-attention"), 0);
+  const json out = read_json_file(dir / "dense.json");
+  ASSERT_EQ(out.at("requests").size(), 2u);
+  EXPECT_EQ(out.at("requests")[0].at("generated_tokens"), 8);
+  EXPECT_FALSE(out.at("requests")[0].at("text").get<std::string>().empty());
+  EXPECT_EQ(out.at("requests")[1].at("id"), "story");
+  EXPECT_LE(out.at("requests")[1].at("generated_tokens").get<int>(), 5);
+  EXPECT_GT(out.at("totals").at("peak_device_memory_bytes").get<double>(), 0.0);
+  EXPECT_GT(out.at("totals").at("attention_share").get<double>(), 0.0);
+  EXPECT_EQ(out.at("thresholds").at("decode"), "dense");
+
+  // A flat decode lambda edited into the engine config takes effect at the next launch.
+  json config = read_json_file(dir / "engine" / "config.json");
+  config["skip_softmax_decode_threshold"] = 0.5;
+  std::ofstream(dir / "engine" / "config.json") << config.dump();
+  ASSERT_EQ(sh(run + (dir / "skip.json").string()), 0);
+  const json skip = read_json_file(dir / "skip.json");
+  EXPECT_EQ(skip.at("thresholds").at("decode"), Threshold::flat(0.5).describe());
+  EXPECT_GT(skip.at("requests")[0].at("attention_tiles").at("decode").at("visited").get<int>(), 0);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace skipsoftmax

@@ -1,0 +1,200 @@
+// The run and capture subcommands on a CPU-only machine: every input error is reported with a
+// clear message and a non-zero exit before any GPU work, a valid request stops at the missing GPU,
+// and no output is left behind. The engine itself is tested in tests/gpu/.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "file_io.h"
+#include "test_util.h"
+#include "tiny_gguf.h"
+
+namespace skipsoftmax {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct ToolRun {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+class CliRun : public test::TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+#if !SKIPSOFTMAX_HAVE_CUDA
+    GTEST_SKIP() << "run and capture exist only in CUDA builds";
+#endif
+    write(ckpt() / "config.json", R"({"skip_softmax_prefill_scale_table": [[1024, 512]]})");
+    test::tiny_llama().save(ckpt() / "tiny.gguf");
+    ASSERT_EQ(run("export " + q(ckpt()) + " " + q(engine())).code, 0);
+    write(input(), R"(["hi you", {"token_ids": [5, 6], "max_new_tokens": 2, "id": "b"}])");
+    write(text(), "the quick brown fox jumps over the lazy dog");
+  }
+
+  fs::path ckpt() const { return dir_ / "ckpt"; }
+  fs::path engine() const { return dir_ / "engine"; }
+  fs::path input() const { return dir_ / "in.json"; }
+  fs::path output() const { return dir_ / "out.json"; }
+  fs::path text() const { return dir_ / "text.txt"; }
+  fs::path captures() const { return dir_ / "cap"; }
+
+  static void write(const fs::path& path, const std::string& text) {
+    fs::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+  }
+  static std::string q(const fs::path& p) {
+    std::string quoted = "'";
+    quoted += p.string();
+    return quoted + "'";
+  }
+
+  ToolRun run(const std::string& args) const {
+    const fs::path err_file = dir_ / "stderr.txt";
+    const std::string cmd = q(SKIPSOFTMAX_TOOL) + " " + args + " 2>" + q(err_file);
+    ToolRun r;
+    FILE* pipe = popen(cmd.c_str(), "r");
+    if (!pipe) return r;
+    char buf[4096];
+    for (std::size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
+    const int status = pclose(pipe);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.err = read_text_file(err_file);
+    return r;
+  }
+
+  std::string run_args(const std::string& extra = "") const {
+    return "run --engine-dir " + q(engine()) + " --input-file " + q(input()) + " --output-file " +
+           q(output()) + " " + extra;
+  }
+  std::string capture_args(const std::string& extra) const {
+    return "capture --model-dir " + q(ckpt()) + " --text " + q(text()) + " --out-dir " +
+           q(captures()) + " " + extra;
+  }
+
+  // Fails with `message` on stderr and leaves no output.
+  void expect_fails(const std::string& args, const std::string& message) const {
+    const ToolRun r = run(args);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\nstderr: " << r.err;
+    EXPECT_FALSE(fs::exists(output())) << args;
+    EXPECT_FALSE(fs::exists(captures())) << args;
+  }
+
+  // A valid command stops at the engine: no GPU here (or, on a GPU machine, the tiny model has
+  // no tensors to load).
+  void expect_stops_at_the_engine(const std::string& args) const {
+    const ToolRun r = run(args);
+    EXPECT_EQ(r.code, 1) << args;
+    const bool no_gpu = r.err.find("needs a Hopper GPU") != std::string::npos;
+    const bool no_tensors = r.err.find("no tensor token_embd.weight") != std::string::npos;
+    EXPECT_TRUE(no_gpu || no_tensors) << r.err;
+    EXPECT_FALSE(fs::exists(output()));
+  }
+};
+
+TEST_F(CliRun, ValidRequestsReachTheEngine) {
+  expect_stops_at_the_engine(run_args());
+  expect_stops_at_the_engine(run_args("--max-new-tokens 8 --prefill-chunk 16 --time-attention"));
+}
+
+TEST_F(CliRun, FlagErrors) {
+  expect_fails("run --engine-dir " + q(engine()) + " --input-file " + q(input()),
+               "--output-file is required");
+  expect_fails(run_args("--max-new-tokens 0"), "--max-new-tokens must be >= 1");
+  expect_fails(run_args("--prefill-chunk -1"), "--prefill-chunk must be >= 0");
+  expect_fails(run_args("--max-new-tokens x"), "--max-new-tokens");
+}
+
+TEST_F(CliRun, EngineErrors) {
+  expect_fails("run --engine-dir " + q(dir_ / "none") + " --input-file " + q(input()) +
+                   " --output-file " + q(output()),
+               "none: no such engine directory");
+  ASSERT_EQ(run("export --config-only " + q(ckpt()) + " " + q(dir_ / "thresholds")).code, 0);
+  expect_fails("run --engine-dir " + q(dir_ / "thresholds") + " --input-file " + q(input()) +
+                   " --output-file " + q(output()),
+               "no weights (exported with --config-only)");
+  // The engine config is read at every launch: an edit takes effect (here, a broken table).
+  json config = json::parse(read_text_file(engine() / "config.json"));
+  config["skip_softmax_prefill_scale_table"] = json::parse("[[8, 1], [4, 1]]");
+  write(engine() / "config.json", config.dump());
+  expect_fails(run_args(), "skip_softmax_prefill_scale_table: scale table row 1");
+}
+
+TEST_F(CliRun, WeightsChangedSinceExport) {
+  test::tiny_llama().str("general.name", "another").save(ckpt() / "tiny.gguf");
+  expect_fails(run_args(), "differs from what export pinned");
+  fs::remove(ckpt() / "tiny.gguf");
+  expect_fails(run_args(), "the engine's weights file is missing");
+}
+
+TEST_F(CliRun, InputErrors) {
+  write(input(), "[\"a\", ");
+  expect_fails(run_args(), "in.json: malformed JSON at byte");
+  write(input(), R"([{"prompt": "a", "max_tokens": 3}])");
+  expect_fails(run_args(), "in.json: request 0: unknown key \"max_tokens\"");
+  write(input(), R"([{"token_ids": [1, 500]}])");
+  expect_fails(run_args(), "request 0: token id 500 is outside the vocabulary of 98");
+  write(input(), R"([{"token_ids": []}])");
+  expect_fails(run_args(), "request 0: the prompt has no tokens");
+  write(input(), R"(["hi", "hi you"])");
+  expect_fails(run_args("--max-new-tokens 251"),
+               "request 1: 6 prompt tokens + 251 new tokens exceed the model's context of 256");
+  fs::remove(input());
+  expect_fails(run_args(), "in.json: no such file");
+}
+
+TEST_F(CliRun, OutputErrors) {
+  expect_fails("run --engine-dir " + q(engine()) + " --input-file " + q(input()) +
+                   " --output-file " + q(dir_ / "no" / "out.json"),
+               "does not exist");
+  fs::create_directories(dir_ / "d.json");
+  expect_fails("run --engine-dir " + q(engine()) + " --input-file " + q(input()) +
+                   " --output-file " + q(dir_ / "d.json"),
+               "d.json: is a directory");
+}
+
+TEST_F(CliRun, CaptureValidRequestReachesTheEngine) {
+  expect_stops_at_the_engine(capture_args("--tokens 20 --layers 0,1 --logits"));
+  EXPECT_FALSE(fs::exists(captures()));
+  fs::create_directories(captures());  // an empty directory is a valid target, left empty
+  expect_stops_at_the_engine(capture_args("--tokens 20 --layers 1 --dtype f16"));
+  EXPECT_TRUE(fs::is_empty(captures()));
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_)) {
+    EXPECT_FALSE(e.path().filename().string().starts_with(".cap")) << e.path() << " left behind";
+  }
+}
+
+TEST_F(CliRun, CaptureErrors) {
+  expect_fails(capture_args("--tokens 20"), "nothing to capture: give --layers and/or --logits");
+  expect_fails(capture_args("--tokens 20 --layers 0,2"), "layer 2 is outside [0, 2)");
+  expect_fails(capture_args("--tokens 0 --layers 0"), "--tokens must be >= 1");
+  expect_fails(capture_args("--tokens 50 --layers 0"),
+               "text.txt: 43 tokens, fewer than --tokens 50");
+  expect_fails(capture_args("--tokens 5 --layers 0 --dtype bf16"), "--dtype bf16");
+  expect_fails("capture --model-dir " + q(dir_ / "none") + " --text " + q(text()) +
+                   " --tokens 5 --layers 0 --out-dir " + q(captures()),
+               "none: no such checkpoint directory");
+  expect_fails("capture --model-dir " + q(ckpt()) + " --text " + q(dir_ / "none.txt") +
+                   " --tokens 5 --layers 0 --out-dir " + q(captures()),
+               "none.txt: no such file");
+  write(captures() / "old.npy", "x");
+  const ToolRun r = run(capture_args("--tokens 5 --layers 0"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("not empty; captures go to a new or empty directory"), std::string::npos)
+      << r.err;
+  fs::remove_all(captures());
+  test::tiny_llama().save(ckpt() / "second.gguf");
+  expect_fails(capture_args("--tokens 5 --layers 0"), "several *.gguf files");
+}
+
+}  // namespace
+}  // namespace skipsoftmax
