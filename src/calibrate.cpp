@@ -131,10 +131,10 @@ std::int64_t sample_length(const CalibrationSettings& s, std::int64_t bin) {
 }
 
 TextTokenizer model_tokenizer(const gguf::File& file) {
-  auto bpe = std::make_shared<BpeTokenizer>(BpeTokenizer::from_gguf(file));
+  std::shared_ptr<const Tokenizer> tok = load_tokenizer(file);
   TextTokenizer t;
-  t.encode = [bpe](std::string_view text) { return bpe->encode(text); };
-  t.bos = bpe->bos();
+  t.encode = [tok](std::string_view text) { return tok->encode(text); };
+  t.bos = tok->add_bos() ? tok->bos() : -1;  // as the model was trained: SmolLM2 has none
   return t;
 }
 

@@ -1,9 +1,10 @@
 // Text in and out of a checkpoint for the run and capture commands. The one place that picks the
-// tokenizer: byte-level BPE (SmolLM2) for now; Gemma's SentencePiece vocabulary comes with
-// load_tokenizer(file), which replaces the from_gguf call below.
+// tokenizer: load_tokenizer() reads it from the GGUF (byte-level BPE for SmolLM2, SentencePiece
+// for Gemma 3).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,7 +19,7 @@ class ModelText {
  public:
   explicit ModelText(const gguf::File& file) {
     try {
-      tokenizer_.emplace(BpeTokenizer::from_gguf(file));
+      tokenizer_ = load_tokenizer(file);
     } catch (const std::exception& e) {
       unavailable_ = e.what();
     }
@@ -33,7 +34,7 @@ class ModelText {
     }
   }
 
-  bool available() const { return tokenizer_.has_value(); }
+  bool available() const { return tokenizer_ != nullptr; }
   // Why the file's tokenizer cannot be used ("" when it can).
   const std::string& unavailable_reason() const { return unavailable_; }
 
@@ -51,12 +52,12 @@ class ModelText {
   std::int32_t eos() const { return eos_; }  // -1: none (generation stops at its length only)
 
  private:
-  const BpeTokenizer& get() const {
+  const Tokenizer& get() const {
     if (!tokenizer_) throw std::runtime_error("the model's tokenizer: " + unavailable_);
     return *tokenizer_;
   }
 
-  std::optional<BpeTokenizer> tokenizer_;
+  std::unique_ptr<Tokenizer> tokenizer_;
   std::string unavailable_;
   bool add_bos_ = false;
   std::int32_t bos_ = -1;
