@@ -151,6 +151,8 @@ def main():
     p.add_argument("--rounds", type=int, default=4, help="round-robin rounds over the arms")
     p.add_argument("--git-revision", default="unknown")
     p.add_argument("--json")
+    p.add_argument("--inputs", help="directory with q.npy, k.npy, v.npy [tokens, heads, head_dim] "
+                                    "captured from a model (one sequence; --lengths is ignored)")
     args = p.parse_args()
 
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
@@ -164,12 +166,23 @@ def main():
           f"{args.iters * args.rounds} interleaved")
     print(f"{'length':>7} {'batch':>5} {'arm':<22} {'ms':>9} {'TFLOPS':>8} {'sparsity':>9} "
           f"{'vs cuDNN':>9} {'err':>9}")
+    captured = None
+    if args.inputs:
+        import numpy as np
+        captured = [torch.from_numpy(np.load(f"{args.inputs}/{t}.npy").astype(np.float32))
+                    for t in ("q", "k", "v")]
+        args.lengths = [captured[0].shape[0]]
+        args.heads_q, args.heads_kv, args.head_dim = (captured[0].shape[1], captured[1].shape[1],
+                                                      captured[0].shape[2])
     for L in args.lengths:
-        B = max(1, args.tokens // L)
+        B = max(1, args.tokens // L) if captured is None else 1
         T = B * L
-        q = structured(T, args.heads_q, args.head_dim, L, "q", gen).to(dtype)
-        k = structured(T, args.heads_kv, args.head_dim, L, "k", gen).to(dtype)
-        v = structured(T, args.heads_kv, args.head_dim, L, "v", gen).to(dtype)
+        if captured is not None:
+            q, k, v = (x.to(device="cuda", dtype=dtype).contiguous() for x in captured)
+        else:
+            q = structured(T, args.heads_q, args.head_dim, L, "q", gen).to(dtype)
+            k = structured(T, args.heads_kv, args.head_dim, L, "k", gen).to(dtype)
+            v = structured(T, args.heads_kv, args.head_dim, L, "v", gen).to(dtype)
         out = torch.empty_like(q)
         cu = torch.arange(0, T + 1, L, dtype=torch.int32, device="cuda")
         stats = torch.zeros(B, 2, dtype=torch.int64, device="cuda")
@@ -224,7 +237,8 @@ def main():
                "cudnn": torch.backends.cudnn.version(), "dtype": args.dtype,
                "heads_q": args.heads_q, "heads_kv": args.heads_kv, "head_dim": args.head_dim,
                "causal": causal, "kv_order": args.kv_order,
-               "inputs": "synthetic real-structure (sink 12, band 8, far field 0.75)",
+               "inputs": (f"captured from a model: {args.inputs}" if captured is not None else
+                          "synthetic real-structure (sink 12, band 8, far field 0.75)"),
                "timing": f"median of {args.iters * args.rounds} event-timed calls per arm, arms "
                          f"interleaved over {args.rounds} rounds, after {args.warmup} warm-up calls",
                "results": rows}
