@@ -53,7 +53,7 @@ TEST_F(Checkpoint, Sha256OfAFileIsThatOfItsBytes) {
   const std::string text(3 << 20, 'x');  // several read chunks
   std::ofstream(dir_ / "f") << text;
   EXPECT_EQ(sha256_file(dir_ / "f"), sha256_hex(text));
-  EXPECT_ERROR_HAS(sha256_file(dir_ / "absent"), "absent: cannot open for reading");
+  EXPECT_ERROR_HAS(sha256_file(dir_ / "absent"), "absent: cannot be read");
 }
 
 TEST_F(Checkpoint, FindsTheOneGgufFile) {
