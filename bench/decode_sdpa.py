@@ -37,7 +37,7 @@ class DecodeArgs(ctypes.Structure):
         ("table_rows", ctypes.c_int), ("table_bins", ctypes.c_void_p),
         ("table_scales", ctypes.c_void_p), ("flat_lambda", ctypes.c_double),
         ("num_splits", ctypes.c_int), ("workspace", ctypes.c_void_p),
-        ("stats", ctypes.c_void_p), ("force_kernel", ctypes.c_int),
+        ("stats", ctypes.c_void_p), ("force_kernel", ctypes.c_int), ("window", ctypes.c_int),
     ]
 
 

@@ -59,6 +59,7 @@ skipsoftmax::DecodeArguments decode_arguments(const skipsoftmax_decode_args* arg
   if (a.softmax_scale > 0) d.softmax_scale = a.softmax_scale;
   d.threshold = threshold_of(a);
   d.num_splits = a.num_splits;
+  d.window = a.window;
   d.stats = a.stats;
   d.force_kernel = forced(a);
   return d;

@@ -278,6 +278,7 @@ void validate(const DecodeProblem& p) {
                 " is outside [0, " + std::to_string(kv.num_pages) + ")");
     }
   }
+  check(p.window >= 0, "sliding window must be >= 0 (0: none), got " + std::to_string(p.window));
   if (p.softmax_scale) {
     check(std::isfinite(*p.softmax_scale) && *p.softmax_scale > 0.0,
           "softmax scale must be finite and > 0");
@@ -426,14 +427,20 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
       }
       return cols;
     };
-    const auto visible = [](int, std::int64_t, int) { return true; };
+    // With a window only keys [len - window, len) are seen, and the splits cut the tiles from the
+    // one holding key len - window.
+    const std::int64_t first_key = p.window > 0 ? std::max<std::int64_t>(0, len - p.window) : 0;
+    const auto visible = [&](int, std::int64_t t, int j) { return t * tk + j >= first_key; };
 
-    const std::int64_t n_tiles = (len + tk - 1) / tk;
+    const std::int64_t first_tile = first_key / tk;
+    const std::int64_t n_tiles = (len + tk - 1) / tk - first_tile;
     const double log_lambda = log_lambda_of(seqs[b].lambda);
     ItemStats& stats = item_stats[i];
     std::vector<SplitResult> parts(splits);
     for (int s = 0; s < splits; ++s) {
-      const TileRange range = split_tile_range(n_tiles, splits, s);
+      TileRange range = split_tile_range(n_tiles, splits, s);
+      range.begin += first_tile;
+      range.end += first_tile;
       parts[s].st.assign(group, RowState{});
       parts[s].o.assign(static_cast<std::size_t>(group) * dim, 0.0);
       // A voting split after the first starts from the sink: tile 0's row maxima seed its
@@ -492,6 +499,10 @@ AttentionStats reference_prefill(const PrefillProblem& p, const ReferenceOptions
 AttentionStats reference_decode(const DecodeProblem& p, const ReferenceOptions& opt, double* out) {
   validate(p);
   validate_options(opt);
+  if (p.window > 0 && !opt.threshold.never_skips()) {
+    throw std::invalid_argument(
+        "decode with a sliding window runs dense (skipping is not applied to local layers)");
+  }
   return opt.threshold.never_skips() ? decode_impl<false>(p, opt, out)
                                      : decode_impl<true>(p, opt, out);
 }

@@ -496,6 +496,29 @@ TEST(ReferenceDecode, OneSplitDenseIsBitIdenticalToAOneRowPrefill) {
   EXPECT_TRUE(bit_equal(run_decode(pb.problem, o), run(pb.contiguous.problem, o)));
 }
 
+TEST(ReferenceDecode, WindowedDecodeIsBitIdenticalToAWindowedOneRowPrefill) {
+  PagedBatch pb = make_paged({77, 513, 1000}, 4, 1, 32, 32, 83);
+  for (std::int64_t window : {1, 50, 64, 600}) {
+    const ReferenceOptions o = options(Threshold::dense(), 1, 64);
+    DecodeProblem d = pb.problem;
+    d.window = window;
+    PrefillProblem p = pb.contiguous.problem;
+    p.causal = true;
+    p.window = window;
+    EXPECT_TRUE(bit_equal(run_decode(d, o), run(p, o))) << "window " << window;
+    for (int splits : {2, 5}) {  // splits cut the windowed range: the same result up to rounding
+      ReferenceOptions os = o;
+      os.num_splits = splits;
+      EXPECT_LT(rel_l2(run_decode(d, os), run(p, o)), 1e-13) << window << ", " << splits;
+    }
+  }
+  DecodeProblem d = pb.problem;
+  d.window = 100;
+  std::vector<double> out(3 * 4 * 32);
+  EXPECT_THROW(reference_decode(d, options(Threshold::flat(1e-3)), out.data()),
+               std::invalid_argument);
+}
+
 TEST(ReferenceDecode, VoteCoversTheWholeGroupAndHoldsTheBound) {
   PagedBatch pb = make_paged({2000, 900}, 8, 2, 64, 64, 71);
   for (int splits : {1, 4}) {

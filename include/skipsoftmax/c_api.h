@@ -75,6 +75,7 @@ typedef struct skipsoftmax_decode_args {
   void* workspace;      /* skipsoftmax_decode_workspace_size bytes */
   unsigned long long* stats;
   int force_kernel;
+  int window;           /* sliding window in keys (dense threshold); 0: none */
 } skipsoftmax_decode_args;
 
 /* Runs prefill attention. Returns the kernel launched (SKIPSOFTMAX_DENSE or SKIPSOFTMAX_SKIP), or

@@ -31,6 +31,9 @@ struct DecodeArguments {
   int num_heads_q = 0;
   int num_heads_kv = 0;
   std::optional<double> softmax_scale;  // default 1 / sqrt(head_dim)
+  // Sliding window (local layers such as Gemma 3's): the new token sees its last `window` keys.
+  // Windowed launches run the dense kernel (skipping is not applied to local layers). 0: none.
+  int window = 0;
   Threshold threshold;                  // the decode table (dense, per-length table or flat)
   int num_splits = 0;                   // 0: chosen from batch, heads and max_seq_len
   // Skip kernel only: [batch][2] tiles visited and skipped per sequence, accumulated.

@@ -83,6 +83,9 @@ struct DecodeProblem {
   int num_heads_q = 0;
   int num_heads_kv = 0;
   int head_dim = 0;
+  // Sliding window (local layers): the new token at position L - 1 sees keys [L - W, L - 1]; the
+  // split-KV ranges cut the tiles from the one holding key L - W. Dense only. 0: none.
+  std::int64_t window = 0;
   std::optional<double> softmax_scale;
 };
 

@@ -61,7 +61,8 @@ int decode_num_splits(const DecodeArguments& a) {
   const int per_sm = a.head_dim == 256 ? 1 : 2;
   const int ctas = std::max(1, a.batch * a.num_heads_kv);
   const int wanted = multiprocessors() * per_sm / ctas;
-  const int n_tiles = (a.max_seq_len + decode::kTileK - 1) / decode::kTileK;
+  const int keys = a.window > 0 ? std::min(a.max_seq_len, a.window + decode::kTileK) : a.max_seq_len;
+  const int n_tiles = (keys + decode::kTileK - 1) / decode::kTileK;
   return std::clamp(std::min(wanted, n_tiles / 4), 1, kMaxSplits);
 }
 
@@ -102,6 +103,12 @@ std::string can_implement(const DecodeArguments& a) {
     why << "q, out and the pages must be 16-byte aligned";
   } else if (a.softmax_scale && !(std::isfinite(*a.softmax_scale) && *a.softmax_scale > 0)) {
     why << "softmax scale must be finite and > 0";
+  } else if (a.window < 0) {
+    why << "sliding window must be >= 0 (0: none), got " << a.window;
+  } else if (a.window > 0 && (!a.threshold.never_skips() ||
+                              a.force_kernel.value_or(KernelChoice::kDense) != KernelChoice::kDense)) {
+    why << "sliding-window decode runs the dense kernel (skipping is not applied to local "
+           "layers): pass a dense threshold";
   } else if (const std::string t = common::device_threshold_problem(a.threshold); !t.empty()) {
     why << t;
   }
@@ -143,6 +150,7 @@ KernelChoice run_decode(const DecodeArguments& a, void* workspace, void* stream)
   p.num_heads_kv = a.num_heads_kv;
   p.group = a.num_heads_q / a.num_heads_kv;
   p.num_splits = splits;
+  p.window = a.window;
   constexpr double kLog2e = 1.4426950408889634;
   const double scale = a.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
   p.scale_log2 = static_cast<float>(scale * kLog2e);

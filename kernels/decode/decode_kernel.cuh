@@ -49,6 +49,7 @@ struct Params {
   int page_shift;  // log2(page_size)
   int num_heads_q, num_heads_kv, group;
   int num_splits;
+  int window;        // sliding window in keys (dense kernels); 0: none
   float scale_log2;  // softmax scale * log2(e)
   common::DeviceThreshold threshold;
   // num_splits > 1: each split's output normalized by its own sum, and its log2-sum-exp.
@@ -100,6 +101,7 @@ struct DecodeCta {
   const Params& p;
   SharedStorage<kHeadDim>& s;
   int seq, kv_head, split, kv_len, tile_begin, n_tiles;
+  int first_key;  // the first key the new token sees (past the sliding window's left edge)
   int tid, warp, lane;
   int slice, col0;                      // this warp's 16 keys of a tile, its first O column
   std::uint32_t qa[kHeadDim / 16][4];   // Q as A fragments, one group per 16 dims
@@ -180,7 +182,9 @@ struct DecodeCta {
       for (int e = 0; e < 4; ++e) {
         const int row = r0 + 8 * (e / 2);
         const int key_index = tile * kTileK + 16 * slice + 8 * nb + 2 * (lane % 4) + e % 2;
-        if (row >= p.group || key_index >= kv_len) acc[nb][e] = kNegInf;
+        if (row >= p.group || key_index >= kv_len || key_index < first_key) {
+          acc[nb][e] = kNegInf;
+        }
         mx[e / 2] = fmaxf(mx[e / 2], acc[nb][e]);
       }
     }
@@ -382,9 +386,14 @@ struct DecodeCta {
     col0 = (warp / kKeySlices) * Cfg::kCols;
     if (tid < kMaxGroup) s.m_run[tid] = kNegInf;
     load_q();
+    // The splits cut the tiles from the one holding the window's first key, as reference_decode.
+    first_key = p.window > 0 ? max(0, kv_len - p.window) : 0;
+    const int first_tile = first_key / kTileK;
     int tile_end;
-    split_range((kv_len + kTileK - 1) / kTileK, p.num_splits, split, tile_begin, tile_end);
-    n_tiles = tile_end - tile_begin;
+    split_range((kv_len + kTileK - 1) / kTileK - first_tile, p.num_splits, split, tile_begin,
+                tile_end);
+    tile_begin += first_tile;
+    n_tiles = tile_end + first_tile - tile_begin;
     int skipped = 0;
     if constexpr (kSkip) {
       // lambda = 0 (the guard) runs the dense loop: bit-identical to the dense kernel.

@@ -314,9 +314,9 @@ void Engine::Impl::attention(int l, const StepMeta& m, StepKind kind) {
   paged.page_table = meta_at(m.page_table);
   paged.max_pages_per_seq = m.max_pages;
   if (options.time_attention) check_cuda(cudaEventRecord(next_event(), stream), "event");
-  // Decode without a window goes to the decode kernel; a local layer's decode step is a
-  // one-token prefill over the cache, the prefill kernels having the window.
-  if (kind == StepKind::kDecode && !local) {
+  // Decode steps go to the decode kernel (a local layer's with its window); prefill steps to the
+  // prefill kernels.
+  if (kind == StepKind::kDecode) {
     DecodeArguments a;
     a.dtype = DType::kBF16;
     a.head_dim = config.head_dim;
@@ -329,6 +329,7 @@ void Engine::Impl::attention(int l, const StepMeta& m, StepKind kind) {
     a.num_heads_q = config.heads_q;
     a.num_heads_kv = config.heads_kv;
     a.softmax_scale = config.attention_scale;
+    a.window = local ? config.sliding_window : 0;
     a.threshold = threshold;
     a.stats = tile_stats;
     ensure_bytes(decode_workspace, decode_workspace_size(a), &memory);

@@ -119,17 +119,20 @@ struct Result {
 };
 
 Result run_gpu(const Case& c, const Threshold& th, int splits,
-               std::optional<KernelChoice> force = std::nullopt) {
+               std::optional<KernelChoice> force = std::nullopt, int window = 0) {
   DecodeArguments a = args_of(c, th, splits);
   a.force_kernel = force;
+  a.window = window;
   const HostDecodeResult h = run_decode_host(a, c.q, c.k_pages, c.v_pages, c.page_table, c.lens);
   Result r{{}, h.out, h.stats, h.kernel};
   for (std::uint16_t b : h.out) r.out.push_back(from_bits(b, c.dtype));
   return r;
 }
 
-AttentionStats run_cpu(const Case& c, const Threshold& th, int splits, std::vector<double>& out) {
+AttentionStats run_cpu(const Case& c, const Threshold& th, int splits, std::vector<double>& out,
+                       int window = 0) {
   DecodeProblem p;
+  p.window = window;
   p.q = c.qf.data();
   p.kv.k_pages = c.kf.data();
   p.kv.v_pages = c.vf.data();
@@ -286,6 +289,26 @@ TEST(GpuDecode, AutomaticSplitsOnALongContext) {
   expect_stats_agree(r, st, "auto splits");
 }
 
+TEST(GpuDecode, SlidingWindowMatchesReference) {
+  REQUIRE_HOPPER();
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    for (int dim : {64, 128, 256}) {
+      if (!compiled(t, dim)) continue;
+      const Case c = make_case(t, 4, 1, dim, 64, {1, 63, 700, 3001}, 29);
+      for (int window : {1, 64, 100, 512, 5000}) {
+        for (int splits : {1, 3}) {
+          const Result r = run_gpu(c, Threshold::dense(), splits, std::nullopt, window);
+          for (double x : r.out) ASSERT_FALSE(std::isnan(x)) << "window " << window;
+          std::vector<double> ref;
+          run_cpu(c, Threshold::dense(), splits, ref, window);
+          EXPECT_LT(rel_l2(r.out, ref), tolerance(t))
+              << to_string(t) << " d" << dim << " window " << window << " splits " << splits;
+        }
+      }
+    }
+  }
+}
+
 TEST(GpuDecode, CanImplementNamesTheProblem) {
   DecodeArguments a;
   a.head_dim = 80;
@@ -294,6 +317,16 @@ TEST(GpuDecode, CanImplementNamesTheProblem) {
   a.num_heads_q = 64;
   a.num_heads_kv = 2;
   EXPECT_NE(can_implement(a).find("GQA groups"), std::string::npos);
+  alignas(16) static int dummy[4];
+  a.num_heads_kv = 8;
+  a.q = a.out = dummy;
+  a.seq_lens = dummy;
+  a.kv = {dummy, dummy, 1, 64, dummy, 1};
+  a.batch = a.max_seq_len = 1;
+  EXPECT_EQ(can_implement(a), "");
+  a.window = 512;
+  a.threshold = Threshold::flat(1e-3);
+  EXPECT_NE(can_implement(a).find("sliding-window decode"), std::string::npos) << can_implement(a);
   EXPECT_THROW(run_decode(a, nullptr, nullptr), std::invalid_argument);
 }
 
