@@ -13,7 +13,6 @@
 #include "model_ref.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -24,29 +23,12 @@
 #include <thread>
 #include <variant>
 
+#include "parallel.h"
+
 namespace skipsoftmax {
 namespace {
 
 using gguf::TensorInfo;
-
-// Runs body(item, thread_index) for item in [0, n) on `threads` threads, items handed out in
-// increasing order.
-template <typename Body>
-void parallel_for(std::int64_t n, int threads, const Body& body) {
-  threads = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n)));
-  std::atomic<std::int64_t> next{0};
-  auto worker = [&](int tid) {
-    for (std::int64_t i = next++; i < n; i = next++) body(i, tid);
-  };
-  if (threads == 1) {
-    worker(0);
-    return;
-  }
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<std::size_t>(threads));
-  for (int t = 0; t < threads; ++t) pool.emplace_back(worker, t);
-  for (std::thread& th : pool) th.join();
-}
 
 std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
 

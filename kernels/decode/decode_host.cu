@@ -4,38 +4,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "../common/host_buffer.h"
 #include "skipsoftmax/decode.h"
 
 namespace skipsoftmax {
 namespace {
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("decode: ") + what + ": " + cudaGetErrorString(err));
-  }
-}
+using Device = common::DeviceAllocation;
 
-// A device allocation freed on scope exit.
-class Device {
- public:
-  explicit Device(std::size_t bytes) { check(cudaMalloc(&ptr_, bytes ? bytes : 1), "cudaMalloc"); }
-  ~Device() { cudaFree(ptr_); }
-  Device(const Device&) = delete;
-  Device& operator=(const Device&) = delete;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-
- private:
-  void* ptr_ = nullptr;
-};
-
-template <typename T>
-void upload(const Device& d, const std::vector<T>& host) {
-  check(cudaMemcpy(d.as<void>(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-        "copy to device");
-}
+void check(cudaError_t err, const char* what) { common::check_cuda(err, "decode", what); }
 
 }  // namespace
 
@@ -48,11 +25,11 @@ HostDecodeResult run_decode_host(DecodeArguments args, const std::vector<std::ui
   Device dq(q.size() * 2), dout(q.size() * 2), dk(k_pages.size() * 2), dv(v_pages.size() * 2);
   Device dtable(page_table.size() * 4), dlens(seq_lens.size() * 4);
   Device dstats(static_cast<std::size_t>(args.batch) * 2 * sizeof(unsigned long long));
-  upload(dq, q);
-  upload(dk, k_pages);
-  upload(dv, v_pages);
-  upload(dtable, page_table);
-  upload(dlens, seq_lens);
+  dq.upload(q);
+  dk.upload(k_pages);
+  dv.upload(v_pages);
+  dtable.upload(page_table);
+  dlens.upload(seq_lens);
   check(cudaMemset(dstats.as<void>(), 0, static_cast<std::size_t>(args.batch) * 2 * 8), "memset");
   args.q = dq.as<void>();
   args.out = dout.as<void>();

@@ -4,38 +4,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "../common/host_buffer.h"
 #include "skipsoftmax/prefill.h"
 
 namespace skipsoftmax {
 namespace {
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("prefill: ") + what + ": " + cudaGetErrorString(err));
-  }
-}
+using Device = common::DeviceAllocation;
 
-// A device allocation freed on scope exit.
-class Device {
- public:
-  explicit Device(std::size_t bytes) { check(cudaMalloc(&ptr_, bytes ? bytes : 1), "cudaMalloc"); }
-  ~Device() { cudaFree(ptr_); }
-  Device(const Device&) = delete;
-  Device& operator=(const Device&) = delete;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-
- private:
-  void* ptr_ = nullptr;
-};
-
-template <typename T>
-void upload(const Device& d, const std::vector<T>& host) {
-  check(cudaMemcpy(d.as<void>(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-        "copy to device");
-}
+void check(cudaError_t err, const char* what) { common::check_cuda(err, "prefill", what); }
 
 }  // namespace
 
@@ -48,11 +25,11 @@ HostPrefillResult run_prefill_host(PrefillArguments args, const std::vector<std:
   Device dq(q.size() * 2), dk(k.size() * 2), dv(v.size() * 2), dout(q.size() * 2);
   Device dcu_q(cu_seqlens_q.size() * 4), dcu_k(cu_seqlens_k.size() * 4);
   Device dstats(static_cast<std::size_t>(args.batch) * 2 * sizeof(unsigned long long));
-  upload(dq, q);
-  upload(dk, k);
-  upload(dv, v);
-  upload(dcu_q, cu_seqlens_q);
-  upload(dcu_k, cu_seqlens_k);
+  dq.upload(q);
+  dk.upload(k);
+  dv.upload(v);
+  dcu_q.upload(cu_seqlens_q);
+  dcu_k.upload(cu_seqlens_k);
   check(cudaMemset(dstats.as<void>(), 0, static_cast<std::size_t>(args.batch) * 2 * 8), "memset");
   args.q = dq.as<void>();
   args.k = dk.as<void>();
