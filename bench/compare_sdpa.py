@@ -46,20 +46,21 @@ class PrefillArgs(ctypes.Structure):
 ORDERS = {"forward": 0, "reverse": 1, "sink-reverse": 2}
 
 
-def structured(tokens, heads, dim, seq_len, role, gen, sink=12.0, band=8.0, noise=0.75):
-    """[tokens, heads, dim] float32 with the structure of real attention."""
+def structured(positions, heads, dim, role, gen, sink=12.0, band=8.0, noise=0.75):
+    """[len(positions), heads, dim] float32 rows of the real-structure recipe at `positions`."""
+    n = positions.numel()
+    if role == "v":
+        return torch.randn(n, heads, dim, device="cuda", generator=gen)
     pairs = max(1, dim // 8)
     first_noise = min(dim, 1 + 2 * pairs)
     root = math.sqrt(dim)
-    x = torch.zeros(tokens, heads, dim, device="cuda")
-    if role == "v":
-        return torch.randn(tokens, heads, dim, device="cuda", generator=gen)
+    x = torch.empty(n, heads, dim, device="cuda")
     noise_std = math.sqrt(noise * root / math.sqrt(max(1, dim - first_noise)))
-    x[:, :, first_noise:] = noise_std * torch.randn(tokens, heads, dim - first_noise,
-                                                    device="cuda", generator=gen)
-    pos = (torch.arange(tokens, device="cuda") % seq_len).float()
+    x[:, :, first_noise:] = noise_std * torch.randn(n, heads, dim - first_noise, device="cuda",
+                                                    generator=gen)
+    pos = positions.float()
     sink_amp = math.sqrt(sink * root)
-    x[:, :, 0] = sink_amp if role == "q" else (pos == 0).float()[:, None] * sink_amp
+    x[:, :, 0] = sink_amp if role == "q" else (positions == 0).float()[:, None] * sink_amp
     band_amp = math.sqrt(band * root / pairs)
     for f in range(pairs):
         if 2 + 2 * f >= first_noise:
@@ -70,9 +71,10 @@ def structured(tokens, heads, dim, seq_len, role, gen, sink=12.0, band=8.0, nois
     return x
 
 
-def interleaved_median_ms(fns, warmup, iters, rounds):
+def interleaved_median_ms(fns, warmup, iters, rounds, flush=None):
     """Per function, the median of rounds x iters event-timed calls, the functions taking turns
-    round by round so that clock and thermal drift fall on all of them alike."""
+    round by round so that clock and thermal drift fall on all of them alike; with `flush` (a
+    large tensor), it is zeroed before every timed call so that no call finds its inputs in L2."""
     for fn in fns:
         for _ in range(warmup):
             fn()
@@ -80,6 +82,8 @@ def interleaved_median_ms(fns, warmup, iters, rounds):
     for _ in range(rounds):
         for k, fn in enumerate(fns):
             for _ in range(iters):
+                if flush is not None:
+                    flush.zero_()
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 a.record()
                 fn()
@@ -180,9 +184,10 @@ def main():
         if captured is not None:
             q, k, v = (x.to(device="cuda", dtype=dtype).contiguous() for x in captured)
         else:
-            q = structured(T, args.heads_q, args.head_dim, L, "q", gen).to(dtype)
-            k = structured(T, args.heads_kv, args.head_dim, L, "k", gen).to(dtype)
-            v = structured(T, args.heads_kv, args.head_dim, L, "v", gen).to(dtype)
+            positions = torch.arange(T, device="cuda") % L
+            q = structured(positions, args.heads_q, args.head_dim, "q", gen).to(dtype)
+            k = structured(positions, args.heads_kv, args.head_dim, "k", gen).to(dtype)
+            v = structured(positions, args.heads_kv, args.head_dim, "v", gen).to(dtype)
         out = torch.empty_like(q)
         cu = torch.arange(0, T + 1, L, dtype=torch.int32, device="cuda")
         stats = torch.zeros(B, 2, dtype=torch.int64, device="cuda")

@@ -14,13 +14,14 @@ L2 flush; arms are interleaved round by round; median per arm. Prints a table an
 import argparse
 import ctypes
 import json
-import math
 import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from compare_sdpa import interleaved_median_ms, rel_l2, structured
 
 
 class DecodeArgs(ctypes.Structure):
@@ -41,49 +42,6 @@ class DecodeArgs(ctypes.Structure):
     ]
 
 
-def structured(positions, heads, dim, role, gen, sink=12.0, band=8.0, noise=0.75):
-    """[len(positions), heads, dim] float32 rows of the real-structure recipe at `positions`."""
-    n = positions.numel()
-    if role == "v":
-        return torch.randn(n, heads, dim, device="cuda", generator=gen)
-    pairs = max(1, dim // 8)
-    first_noise = min(dim, 1 + 2 * pairs)
-    root = math.sqrt(dim)
-    x = torch.empty(n, heads, dim, device="cuda")
-    noise_std = math.sqrt(noise * root / math.sqrt(max(1, dim - first_noise)))
-    x[:, :, first_noise:] = noise_std * torch.randn(n, heads, dim - first_noise, device="cuda",
-                                                    generator=gen)
-    pos = positions.float()
-    sink_amp = math.sqrt(sink * root)
-    x[:, :, 0] = sink_amp if role == "q" else (positions == 0).float()[:, None] * sink_amp
-    band_amp = math.sqrt(band * root / pairs)
-    for f in range(pairs):
-        if 2 + 2 * f >= first_noise:
-            break
-        phase = 2 * math.pi * pos / (64.0 * 64.0 ** (f / pairs))
-        x[:, :, 1 + 2 * f] = band_amp * torch.cos(phase)[:, None]
-        x[:, :, 2 + 2 * f] = band_amp * torch.sin(phase)[:, None]
-    return x
-
-
-def interleaved_median_ms(fns, flush, warmup, iters, rounds):
-    for fn in fns:
-        for _ in range(warmup):
-            fn()
-    times = [[] for _ in fns]
-    for _ in range(rounds):
-        for k, fn in enumerate(fns):
-            for _ in range(iters):
-                flush.zero_()
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                fn()
-                b.record()
-                b.synchronize()
-                times[k].append(a.elapsed_time(b))
-    return [statistics.median(t) for t in times]
-
-
 def copy_bandwidth(gb=2.0, iters=10):
     """Bytes read plus written per second of a device-to-device copy (PyTorch), median."""
     n = int(gb * 2**30) // 2
@@ -102,11 +60,6 @@ def copy_bandwidth(gb=2.0, iters=10):
     ms = statistics.median(ts)
     del src, dst
     return 2 * n * 2 / (ms * 1e-3)
-
-
-def rel_l2(a, b):
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm()).item()
 
 
 class Ours:
@@ -241,8 +194,8 @@ def main():
             sparsity = s[1] / s[0] if s[0] else 0.0
             err = rel_l2(out, ref) if ref is not None else None
             arms.append((f"ours skip lambda={lam:g}", ours_arm(lam, 1)[0], sparsity, err))
-        times = interleaved_median_ms([a[1] for a in arms], flush, args.warmup, args.iters,
-                                      args.rounds)
+        times = interleaved_median_ms([a[1] for a in arms], args.warmup, args.iters, args.rounds,
+                                      flush)
         cudnn_ms = next((ms for a, ms in zip(arms, times) if a[0].startswith("cuDNN")), None)
         dense_ms = next(ms for a, ms in zip(arms, times) if a[0].startswith("ours dense"))
         for (name, _, sparsity, err), ms in zip(arms, times):

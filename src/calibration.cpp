@@ -244,16 +244,9 @@ TileStats decode_tile_stats(const DecodeProblem& problem, const StatsOptions& op
     const std::vector<double> qrows =
         gather_rows(p.q + (b * hq + kvh * group) * dim, dim, group, dim);
     const auto qrow = [&](int r) { return qrows.data() + static_cast<std::ptrdiff_t>(r) * dim; };
-    const auto load = [&](std::int64_t t, Scratch& s) {
-      const std::int64_t k0 = t * tk;
-      const int cols = static_cast<int>(std::min<std::int64_t>(tk, len - k0));
-      for (int j = 0; j < cols; ++j) {
-        const std::int64_t token = k0 + j;
-        const std::int64_t slot = paged_slot(pages, kv.page_size, token);
-        const float* src = kv.k_pages + (slot * hkv + kvh) * dim;
-        for (int d = 0; d < dim; ++d) s.kt[static_cast<std::size_t>(d) * tk + j] = src[d];
-      }
-      return cols;
+    const auto load = [&](std::int64_t t, Scratch& s) {  // K only: the statistics need no V
+      return load_paged_tile(kv.k_pages, nullptr, pages, kv.page_size, hkv, kvh, dim, tk, t, len,
+                             s.kt.data(), nullptr);
     };
     const auto visible = [](int, std::int64_t, int) { return true; };
 

@@ -414,18 +414,8 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
         gather_rows(p.q + (b * hq + kvh * group) * dim, dim, group, dim);
     const auto qrow = [&](int r) { return qrows.data() + static_cast<std::ptrdiff_t>(r) * dim; };
     const auto load = [&](std::int64_t t, Scratch& s) {
-      const std::int64_t k0 = t * tk;
-      const int cols = static_cast<int>(std::min<std::int64_t>(tk, len - k0));
-      for (int j = 0; j < cols; ++j) {
-        const std::int64_t token = k0 + j;
-        const std::int64_t slot = paged_slot(pages, kv.page_size, token);
-        const std::int64_t base = (slot * hkv + kvh) * dim;
-        for (int d = 0; d < dim; ++d) {
-          s.kt[static_cast<std::size_t>(d) * tk + j] = kv.k_pages[base + d];
-          s.vt[static_cast<std::size_t>(j) * dim + d] = kv.v_pages[base + d];
-        }
-      }
-      return cols;
+      return load_paged_tile(kv.k_pages, kv.v_pages, pages, kv.page_size, hkv, kvh, dim, tk, t, len,
+                             s.kt.data(), s.vt.data());
     };
     // With a window only keys [len - window, len) are seen, and the splits cut the tiles from the
     // one holding key len - window.

@@ -36,6 +36,26 @@ inline std::int64_t paged_slot(const std::int32_t* pages, int page_size, std::in
   return static_cast<std::int64_t>(pages[token / page_size]) * page_size + token % page_size;
 }
 
+// KV tile t (keys [t * tile_k, ...) of a sequence of len tokens) of KV head kvh from a paged
+// cache of float pages [num_pages, page_size, num_heads_kv, head_dim]: K transposed into kt
+// ([head_dim][tile_k]) and, when v_pages and vt are given, V into vt ([tile_k][head_dim]).
+// Returns the tile's key count.
+inline int load_paged_tile(const float* k_pages, const float* v_pages, const std::int32_t* pages,
+                           int page_size, int num_heads_kv, int kvh, int head_dim, int tile_k,
+                           std::int64_t t, std::int64_t len, double* kt, double* vt) {
+  const std::int64_t k0 = t * tile_k;
+  const int cols = static_cast<int>(std::min<std::int64_t>(tile_k, len - k0));
+  for (int j = 0; j < cols; ++j) {
+    const std::int64_t slot = paged_slot(pages, page_size, k0 + j);
+    const std::int64_t base = (slot * num_heads_kv + kvh) * head_dim;
+    for (int d = 0; d < head_dim; ++d) {
+      kt[static_cast<std::size_t>(d) * tile_k + j] = k_pages[base + d];
+      if (vt) vt[static_cast<std::size_t>(j) * head_dim + d] = v_pages[base + d];
+    }
+  }
+  return cols;
+}
+
 // NaN-propagating maximum: a NaN score must poison its row, not vanish in std::max.
 inline double nan_max(double a, double b) {
   if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();

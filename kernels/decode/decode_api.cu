@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "../common/families.h"
 #include "../common/threshold_host.h"
 #include "decode_launch.cuh"
 #include "skipsoftmax/decode.h"
@@ -31,22 +32,9 @@ int multiprocessors() {
 
 template <bool kSkip>
 void launch(const decode::Params& params, const DecodeArguments& a, cudaStream_t stream) {
-  const bool bf16 = a.dtype == DType::kBF16;
-#define SKIPSOFTMAX_FAMILY(BF16, D)                                   \
-  if (bf16 == BF16 && a.head_dim == D) {                              \
-    decode::launch_family<BF16, D, kSkip>(params, a.batch, stream);   \
-    return;                                                           \
-  }
-  SKIPSOFTMAX_FAMILY(true, 128)
-#if SKIPSOFTMAX_ALL_KERNELS
-  SKIPSOFTMAX_FAMILY(true, 64)
-  SKIPSOFTMAX_FAMILY(true, 256)
-  SKIPSOFTMAX_FAMILY(false, 64)
-  SKIPSOFTMAX_FAMILY(false, 128)
-  SKIPSOFTMAX_FAMILY(false, 256)
-#endif
-#undef SKIPSOFTMAX_FAMILY
-  throw std::invalid_argument("decode: no kernel compiled for this dtype and head dim");
+  common::dispatch_family(a.dtype == DType::kBF16, a.head_dim, "decode", [&]<bool kBf16, int kD>() {
+    decode::launch_family<kBf16, kD, kSkip>(params, a.batch, stream);
+  });
 }
 
 }  // namespace
@@ -61,7 +49,8 @@ int decode_num_splits(const DecodeArguments& a) {
   const int per_sm = a.head_dim == 256 ? 1 : 2;
   const int ctas = std::max(1, a.batch * a.num_heads_kv);
   const int wanted = multiprocessors() * per_sm / ctas;
-  const int keys = a.window > 0 ? std::min(a.max_seq_len, a.window + decode::kTileK) : a.max_seq_len;
+  const int keys =
+      a.window > 0 ? std::min(a.max_seq_len, a.window + decode::kTileK) : a.max_seq_len;
   const int n_tiles = (keys + decode::kTileK - 1) / decode::kTileK;
   return std::clamp(std::min(wanted, n_tiles / 4), 1, kMaxSplits);
 }
@@ -71,7 +60,7 @@ std::string can_implement(const DecodeArguments& a) {
   const PagedKv& kv = a.kv;
   if (a.head_dim != 64 && a.head_dim != 128 && a.head_dim != 256) {
     why << "head_dim " << a.head_dim << " is not supported (64, 128 or 256)";
-  } else if (!SKIPSOFTMAX_ALL_KERNELS && (a.dtype != DType::kBF16 || a.head_dim != 128)) {
+  } else if (!common::family_compiled(a.dtype == DType::kBF16, a.head_dim)) {
     why << "this build has only the bf16 head-dim-128 kernels (configure with "
            "-DSKIPSOFTMAX_ALL_KERNELS=ON)";
   } else if (a.num_heads_q <= 0 || a.num_heads_kv <= 0 || a.num_heads_q % a.num_heads_kv != 0) {
@@ -105,8 +94,9 @@ std::string can_implement(const DecodeArguments& a) {
     why << "softmax scale must be finite and > 0";
   } else if (a.window < 0) {
     why << "sliding window must be >= 0 (0: none), got " << a.window;
-  } else if (a.window > 0 && (!a.threshold.never_skips() ||
-                              a.force_kernel.value_or(KernelChoice::kDense) != KernelChoice::kDense)) {
+  } else if (a.window > 0 &&
+             (!a.threshold.never_skips() ||
+              a.force_kernel.value_or(KernelChoice::kDense) != KernelChoice::kDense)) {
     why << "sliding-window decode runs the dense kernel (skipping is not applied to local "
            "layers): pass a dense threshold";
   } else if (const std::string t = common::device_threshold_problem(a.threshold); !t.empty()) {

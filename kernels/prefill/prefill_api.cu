@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "../common/families.h"
 #include "../common/threshold_host.h"
 #include "prefill_launch.cuh"
 #include "skipsoftmax/prefill.h"
@@ -67,22 +68,10 @@ CUtensorMap make_tensor_map(const void* base, std::int64_t rows, int heads, int 
 
 template <bool kSkip>
 void launch(const Params& params, const PrefillArguments& a, cudaStream_t stream) {
-  const bool bf16 = a.dtype == DType::kBF16;
-#define SKIPSOFTMAX_FAMILY(BF16, D)                                   \
-  if (bf16 == BF16 && a.head_dim == D) {                              \
-    prefill::launch_family<BF16, D, kSkip>(params, a.causal, stream); \
-    return;                                                           \
-  }
-  SKIPSOFTMAX_FAMILY(true, 128)
-#if SKIPSOFTMAX_ALL_KERNELS
-  SKIPSOFTMAX_FAMILY(true, 64)
-  SKIPSOFTMAX_FAMILY(true, 256)
-  SKIPSOFTMAX_FAMILY(false, 64)
-  SKIPSOFTMAX_FAMILY(false, 128)
-  SKIPSOFTMAX_FAMILY(false, 256)
-#endif
-#undef SKIPSOFTMAX_FAMILY
-  throw std::invalid_argument("prefill: no kernel compiled for this dtype and head dim");
+  common::dispatch_family(a.dtype == DType::kBF16, a.head_dim, "prefill",
+                          [&]<bool kBf16, int kD>() {
+                            prefill::launch_family<kBf16, kD, kSkip>(params, a.causal, stream);
+                          });
 }
 
 bool paged(const PrefillArguments& a) { return a.paged_kv.k_pages != nullptr; }
@@ -115,7 +104,7 @@ std::string can_implement(const PrefillArguments& a) {
   std::ostringstream why;
   if (a.head_dim != 64 && a.head_dim != 128 && a.head_dim != 256) {
     why << "head_dim " << a.head_dim << " is not supported (64, 128 or 256)";
-  } else if (!SKIPSOFTMAX_ALL_KERNELS && (a.dtype != DType::kBF16 || a.head_dim != 128)) {
+  } else if (!common::family_compiled(a.dtype == DType::kBF16, a.head_dim)) {
     why << "this build has only the bf16 head-dim-128 kernels (configure with "
            "-DSKIPSOFTMAX_ALL_KERNELS=ON)";
   } else if (a.num_heads_q <= 0 || a.num_heads_kv <= 0 || a.num_heads_q % a.num_heads_kv != 0) {
@@ -127,8 +116,9 @@ std::string can_implement(const PrefillArguments& a) {
     why << paged_why;
   } else if (a.window < 0 || (a.window > 0 && !a.causal)) {
     why << "a sliding window (" << a.window << ") needs a causal mask and must be positive";
-  } else if (a.window > 0 && (!a.threshold.never_skips() ||
-                              a.force_kernel.value_or(KernelChoice::kDense) != KernelChoice::kDense)) {
+  } else if (a.window > 0 &&
+             (!a.threshold.never_skips() ||
+              a.force_kernel.value_or(KernelChoice::kDense) != KernelChoice::kDense)) {
     why << "sliding-window launches run the dense kernel (skipping is not applied to local "
            "layers): pass a dense threshold";
   } else if (a.batch <= 0 || a.max_seqlen_q <= 0 || a.max_seqlen_k <= 0) {

@@ -2,8 +2,12 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -175,6 +179,27 @@ inline PrefillProblem reference_problem(const HostBatch& b, bool causal) {
   p.cu_seqlens_k.assign(b.cu_k.begin(), b.cu_k.end());
   p.causal = causal;
   return p;
+}
+
+// The GPU's per-sequence [visited, skipped] tile counts against the reference's: visited equal,
+// skipped within rounding of the threshold (max(1, 0.5% of the tiles); docs/KERNELS.md). The
+// caller's counters accumulate the disagreements and the tiles, for the test log.
+inline void expect_stats_agree(const std::vector<unsigned long long>& gpu,
+                               const AttentionStats& ref, const std::string& what,
+                               std::int64_t& disagreements, std::int64_t& tiles) {
+  for (std::size_t i = 0; i < ref.sequences.size(); ++i) {
+    const auto& s = ref.sequences[i];
+    tiles += s.tiles_total;
+    disagreements += std::llabs(static_cast<long long>(gpu[2 * i + 1]) -
+                                static_cast<long long>(s.tiles_skipped));
+    EXPECT_EQ(gpu[2 * i], static_cast<unsigned long long>(s.tiles_total))
+        << what << " sequence " << i << ": visited tiles";
+    const double diff =
+        std::abs(static_cast<double>(gpu[2 * i + 1]) - static_cast<double>(s.tiles_skipped));
+    EXPECT_LE(diff, std::max(1.0, 0.005 * static_cast<double>(s.tiles_total)))
+        << what << " sequence " << i << ": skipped " << gpu[2 * i + 1] << " vs reference "
+        << s.tiles_skipped;
+  }
 }
 
 }  // namespace skipsoftmax::gpu

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "bits16.h"
+#include "gpu_harness.h"
 #include "skipsoftmax/decode.h"
 #include "skipsoftmax/reference.h"
 #include "synthetic.h"
@@ -20,7 +21,7 @@ namespace {
 #define REQUIRE_HOPPER() \
   if (!hopper_gpu_available()) GTEST_SKIP() << "no Hopper GPU on this machine"
 
-std::uint16_t nan_bits(DType t) { return t == DType::kBF16 ? 0x7fc0 : 0x7e00; }
+using gpu::nan_bits;
 
 bool compiled(DType t, int dim) {
   DecodeArguments probe;
@@ -167,19 +168,7 @@ double tolerance(DType t) { return t == DType::kBF16 ? 1e-2 : 2e-3; }
 std::int64_t g_disagreements = 0, g_tiles = 0;
 
 void expect_stats_agree(const Result& r, const AttentionStats& ref, const std::string& what) {
-  for (std::size_t i = 0; i < ref.sequences.size(); ++i) {
-    const auto& s = ref.sequences[i];
-    g_tiles += s.tiles_total;
-    g_disagreements += std::llabs(static_cast<long long>(r.stats[2 * i + 1]) -
-                                  static_cast<long long>(s.tiles_skipped));
-    EXPECT_EQ(r.stats[2 * i], static_cast<unsigned long long>(s.tiles_total))
-        << what << " sequence " << i << ": visited tiles";
-    const double diff =
-        std::abs(static_cast<double>(r.stats[2 * i + 1]) - static_cast<double>(s.tiles_skipped));
-    EXPECT_LE(diff, std::max(1.0, 0.005 * static_cast<double>(s.tiles_total)))
-        << what << " sequence " << i << ": skipped " << r.stats[2 * i + 1] << " vs reference "
-        << s.tiles_skipped;
-  }
+  gpu::expect_stats_agree(r.stats, ref, what, g_disagreements, g_tiles);
 }
 
 struct Heads {
@@ -197,9 +186,9 @@ TEST(GpuDecode, DenseMatchesReferenceOnRaggedPagedBatches) {
           const Case c = make_case(t, h.q, h.kv, dim, page, {1, 63, 64, 65, 700, 3001}, 7 + page);
           for (int splits : {1, 3, 8}) {
             const std::string what = std::string(to_string(t)) + " d" + std::to_string(dim) +
-                                     " Hq=" + std::to_string(h.q) + " Hkv=" +
-                                     std::to_string(h.kv) + " page " + std::to_string(page) +
-                                     " splits " + std::to_string(splits);
+                                     " Hq=" + std::to_string(h.q) + " Hkv=" + std::to_string(h.kv) +
+                                     " page " + std::to_string(page) + " splits " +
+                                     std::to_string(splits);
             const Result r = run_gpu(c, Threshold::dense(), splits);
             EXPECT_EQ(r.kernel, KernelChoice::kDense);
             for (double x : r.out) ASSERT_FALSE(std::isnan(x)) << what << ": NaN in the output";
@@ -223,9 +212,9 @@ TEST(GpuDecode, SkipMatchesReferenceOutputAndDecisions) {
         for (double lambda : {1e-4, 1e-3, 1e-2}) {
           for (int splits : {1, 4}) {
             const std::string what = std::string(to_string(t)) + " d" + std::to_string(dim) +
-                                     " Hq=" + std::to_string(h.q) + " Hkv=" +
-                                     std::to_string(h.kv) + " lambda " + std::to_string(lambda) +
-                                     " splits " + std::to_string(splits);
+                                     " Hq=" + std::to_string(h.q) + " Hkv=" + std::to_string(h.kv) +
+                                     " lambda " + std::to_string(lambda) + " splits " +
+                                     std::to_string(splits);
             const Threshold th = Threshold::flat(lambda);
             const Result r = run_gpu(c, th, splits);
             EXPECT_EQ(r.kernel, KernelChoice::kSkip);

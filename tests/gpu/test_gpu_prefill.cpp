@@ -147,19 +147,7 @@ TEST(GpuPrefill, DenseMatchesReferenceOnRandomInputs) {
 std::int64_t g_disagreements = 0, g_tiles = 0;  // over all comparisons, for the log
 
 void expect_stats_agree(const Result& r, const AttentionStats& ref, const std::string& what) {
-  for (std::size_t i = 0; i < ref.sequences.size(); ++i) {
-    const auto& s = ref.sequences[i];
-    g_tiles += s.tiles_total;
-    g_disagreements += std::llabs(static_cast<long long>(r.stats[2 * i + 1]) -
-                                  static_cast<long long>(s.tiles_skipped));
-    EXPECT_EQ(r.stats[2 * i], static_cast<unsigned long long>(s.tiles_total))
-        << what << " sequence " << i << ": visited tiles";
-    const double diff =
-        std::abs(static_cast<double>(r.stats[2 * i + 1]) - static_cast<double>(s.tiles_skipped));
-    EXPECT_LE(diff, std::max(1.0, 0.005 * static_cast<double>(s.tiles_total)))
-        << what << " sequence " << i << ": skipped " << r.stats[2 * i + 1] << " vs reference "
-        << s.tiles_skipped;
-  }
+  gpu::expect_stats_agree(r.stats, ref, what, g_disagreements, g_tiles);
 }
 
 TEST(GpuPrefill, SkipMatchesReferenceOutputAndDecisions) {
