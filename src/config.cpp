@@ -355,6 +355,8 @@ CheckpointConfig parse_checkpoint_config(std::string_view json_text, const std::
       config.shape_advice_json = item.value().dump();
     } else if (key == kDecodeShapeAdviceKey) {
       config.decode_shape_advice_json = item.value().dump();
+    } else if (key == kPriceListKey) {
+      config.price_list_json = item.value().dump();
     } else if (!read_phase_key(key, item.value(), context, config.phases)) {
       config.unknown_skip_keys.push_back(key);
     }

@@ -769,6 +769,66 @@ ordered_json advice_json(const ShapeAdviceRecord& a) {
 
 }  // namespace
 
+PerPhase<std::optional<PhaseCalibration>> calibration_from_checkpoint(
+    const CheckpointConfig& checkpoint, const std::string& context) {
+  PerPhase<std::optional<PhaseCalibration>> out;
+  for (Phase phase : kPhases) {
+    const CheckpointPhase& cp = checkpoint.phases[phase];
+    if (cp.tiers.empty()) continue;
+    const std::optional<std::string>& advice = phase == Phase::kPrefill
+                                                   ? checkpoint.shape_advice_json
+                                                   : checkpoint.decode_shape_advice_json;
+    if (!advice) {
+      throw std::invalid_argument(context + ": " + shape_advice_key(phase) +
+                                  ": missing (calibrate the checkpoint with skipsoftmax calibrate)");
+    }
+    const json parsed = json::parse(*advice);
+    PhaseCalibration cal;
+    cal.advice = advice_from(Field(parsed, context, shape_advice_key(phase)));
+    if (cp.scale_table) cal.deployed = *cp.scale_table;
+    if (cp.target_sparsity) {
+      if (const Tier* t = cp.find_tier(*cp.target_sparsity)) cal.deployed = t->table;
+    }
+    for (const Tier& t : cp.tiers) cal.ladder.push_back({t.key, t.sparsity, t.table});
+    out[phase] = std::move(cal);
+  }
+  return out;
+}
+
+ordered_json price_summary_json(const PriceList& p, const std::string& price_file) {
+  ordered_json arms = ordered_json::array();
+  for (const PriceArm& arm : p.arms) {
+    ordered_json points = ordered_json::array();
+    for (const PricePoint& pt : arm.points) {
+      ordered_json point = {{"length", pt.length},
+                            {"ttft_ms", pt.ttft_ms},
+                            {"tpot_ms", pt.tpot_ms},
+                            {"prefill_speedup", pt.phases.prefill.speedup},
+                            {"decode_speedup", pt.phases.decode.speedup},
+                            {"prefill_tile_sparsity", pt.phases.prefill.tile_sparsity},
+                            {"decode_tile_sparsity", pt.phases.decode.tile_sparsity}};
+      if (pt.accuracy) {
+        point["accuracy_ratio"] = pt.accuracy->ratio;
+        point["perplexity_ratio"] = pt.accuracy->perplexity_ratio;
+      }
+      points.push_back(point);
+    }
+    arms.push_back({{"arm", arm.label()}, {"points", points}});
+  }
+  ordered_json recs = ordered_json::array();
+  for (const PriceRecommendation& r : p.recommendations) {
+    recs.push_back({{"bound", r.bound},
+                    {"skip", to_string(r.skip)},
+                    {"tier", r.tier ? json(*r.tier) : json(nullptr)}});
+  }
+  return {{"price_file", price_file},
+          {"gpu", p.gpu},
+          {"git_revision", p.git_revision},
+          {"date", p.date ? json(*p.date) : json(nullptr)},
+          {"arms", arms},
+          {"recommendations", recs}};
+}
+
 PriceList price_from_json(const json& j, const std::string& context) {
   const Field root(j, context, "");
   root.keys({"schema", "model", "provenance", "phases", "lengths", "accuracy_lengths", "tasks",

@@ -160,6 +160,18 @@ void derive_price(PriceList& price);
 // with their recomputation.
 void validate_price(const PriceList& price, const std::string& context);
 
+// The calibration a checkpoint config records, as a price list carries it: for each phase with
+// calibrated tiers, its shape advice, deployed table (empty: dense) and ladder. Throws
+// std::invalid_argument("<context>: ...") for a phase with tiers but no shape advice, or malformed
+// advice.
+PerPhase<std::optional<PhaseCalibration>> calibration_from_checkpoint(
+    const CheckpointConfig& checkpoint, const std::string& context);
+
+// The compact form `skipsoftmax price` records in the checkpoint config (kPriceListKey): per arm
+// and length the latencies, speedups and sparsities, the accuracy ratios, the recommendations, and
+// where the full price list is.
+nlohmann::ordered_json price_summary_json(const PriceList& price, const std::string& price_file);
+
 // Parses and validates; errors as above, plus missing keys, unknown keys and wrong types.
 PriceList price_from_json(const nlohmann::json& j, const std::string& context);
 nlohmann::ordered_json price_to_json(const PriceList& price);

@@ -1,4 +1,4 @@
-// The run and capture subcommands on a CPU-only machine: every input error is reported with a
+// The run, capture, evaluate and price subcommands on a CPU-only machine: every input error is reported with a
 // clear message and a non-zero exit before any GPU work, a valid request stops at the missing GPU,
 // and no output is left behind. The engine itself is tested in tests/gpu/.
 #include <gtest/gtest.h>
@@ -194,6 +194,118 @@ TEST_F(CliRun, CaptureErrors) {
   fs::remove_all(captures());
   test::tiny_llama().save(ckpt() / "second.gguf");
   expect_fails(capture_args("--tokens 5 --layers 0"), "several *.gguf files");
+}
+
+// evaluate and price on a checkpoint with a 4k context and a calibrated ladder, and small books.
+class CliEvaluate : public CliRun {
+ protected:
+  void SetUp() override {
+    CliRun::SetUp();
+    if (IsSkipped()) return;
+    write(ckpt4k() / "config.json", R"({
+      "skip_softmax_prefill_scale_table": [[1024, 4]],
+      "skip_softmax_prefill_scale_tables": {"50%": [[1024, 2]], "75%": [[1024, 4]]},
+      "skip_softmax_prefill_target_sparsity": "75%",
+      "skip_softmax_prefill_shape_advice": {"verdict": "ON", "sparsity": 0.74,
+                                            "mass_share": 0.01, "mass_ratio": 0.0135}})");
+    test::tiny_llama(4096).save(ckpt4k() / "tiny.gguf");
+    ASSERT_EQ(run("export " + q(ckpt4k()) + " " + q(engine4k())).code, 0);
+    for (const char* book : {"austen_4_pride_and_prejudice.txt",
+                             "austen_5_sense_and_sensibility.txt", "kjv.txt"}) {
+      std::string text;
+      for (int p = 0; p < 40; ++p) text += "it is a truth universally acknowledged\n\n";
+      write(corpus() / book, text);
+    }
+  }
+  fs::path ckpt4k() const { return dir_ / "ckpt4k"; }
+  fs::path engine4k() const { return dir_ / "engine4k"; }
+  fs::path corpus() const { return dir_ / "books"; }
+  fs::path results() const { return dir_ / "results.json"; }
+
+  std::string evaluate_args(const std::string& extra) const {
+    return "evaluate --model-dir " + q(ckpt4k()) + " --engine-dir " + q(engine4k()) +
+           " --corpus-dir " + q(corpus()) + " --save-results " + q(results()) + " " + extra;
+  }
+  std::string price_args(const std::string& extra) const {
+    return "price --model-dir " + q(ckpt4k()) + " --work-dir " + q(dir_ / "work") +
+           " --corpus-dir " + q(corpus()) + " " + extra;
+  }
+  void expect_no_results() const {
+    EXPECT_FALSE(fs::exists(results()));
+    EXPECT_FALSE(fs::exists(dir_ / "work" / "price.json"));
+  }
+};
+
+TEST_F(CliEvaluate, ValidEvaluationReachesTheEngine) {
+  const ToolRun r = run(evaluate_args("--max-context 2048 --lengths 1024 --samples 2"));
+  EXPECT_EQ(r.code, 1);
+  const bool no_gpu = r.err.find("needs a Hopper GPU") != std::string::npos;
+  const bool no_tensors = r.err.find("no tensor token_embd.weight") != std::string::npos;
+  EXPECT_TRUE(no_gpu || no_tensors) << r.err;
+  expect_no_results();
+}
+
+TEST_F(CliEvaluate, EvaluateErrors) {
+  const auto fails = [&](const std::string& args, const std::string& message) {
+    const ToolRun r = run(args);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\nstderr: " << r.err;
+    expect_no_results();
+  };
+  fails(evaluate_args(""), "--max-context is required");
+  fails(evaluate_args("--max-context 2048 --arm all"), "unknown arm 'all'");
+  fails(evaluate_args("--max-context 2048 --max-drop 0.05"),
+        "--max-drop gates against a baseline: give --baseline too");
+  fails(evaluate_args("--max-context 2048 --lengths 100"), "--lengths: 100 is outside [512");
+  fails(evaluate_args("--max-context 2048 --lengths 2048 1024"), "strictly increasing");
+  fails(evaluate_args("--max-context 2048 --tasks ruler_qa"), "unknown task 'ruler_qa'");
+  fails(evaluate_args("--max-context 2048 --samples 0"), "--samples must be >= 1");
+  fails(evaluate_args("--max-context 8192"), "exceeds the model's context of 4096 tokens");
+  fails(evaluate_args("--max-context 2048 --arm decode"),
+        "--arm decode: the engine runs decode dense");
+  fails("evaluate --model-dir " + q(ckpt()) + " --engine-dir " + q(engine4k()) +
+            " --max-context 2048",
+        "was exported from");
+  write(dir_ / "base.json", "{\"schema\": ");
+  fails(evaluate_args("--max-context 2048 --baseline " + q(dir_ / "base.json")),
+        "base.json: malformed JSON");
+  fails(evaluate_args("--max-context 2048 --baseline " + q(dir_ / "none.json")),
+        "none.json: no such file");
+  fails("evaluate --model-dir " + q(ckpt4k()) + " --engine-dir " + q(engine4k()) +
+            " --max-context 2048 --corpus-dir " + q(dir_ / "nobooks"),
+        "no such book");
+}
+
+TEST_F(CliEvaluate, PriceErrors) {
+  const auto fails = [&](const std::string& args, const std::string& message) {
+    const ToolRun r = run(args);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\nstderr: " << r.err;
+    expect_no_results();
+  };
+  fails(price_args("--lengths 1024"), "--accuracy-lengths is required");
+  fails(price_args("--lengths 1024 2048 --accuracy-lengths 4096"),
+        "--accuracy-lengths: 4096 is not one of --lengths");
+  fails(price_args("--lengths 2048 1024 --accuracy-lengths 1024"),
+        "--lengths must be strictly increasing");
+  fails(price_args("--lengths 4096 --accuracy-lengths 4096"),
+        "4096 and 32 decode tokens exceed the model's context of 4096");
+  fails(price_args("--lengths 1024 --accuracy-lengths 1024 --decode-tokens 1"),
+        "--decode-tokens must be >= 2");
+  fails(price_args("--lengths 1024 --accuracy-lengths 1024 --tiers 90%"),
+        "--tiers: 90% is not calibrated (the checkpoint has 50%, 75%)");
+  fails("price --model-dir " + q(ckpt()) + " --work-dir " + q(dir_ / "work") +
+            " --lengths 1024 --accuracy-lengths 1024",
+        "no calibrated tiers");
+  // A valid request stops at the GPU, with the checkpoint config untouched.
+  const std::string before = read_text_file(ckpt4k() / "config.json");
+  const ToolRun r = run(price_args("--lengths 1024 2048 --accuracy-lengths 1024 --tiers 75%"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(r.err.find("needs a Hopper GPU") != std::string::npos ||
+              r.err.find("no tensor token_embd.weight") != std::string::npos)
+      << r.err;
+  EXPECT_EQ(read_text_file(ckpt4k() / "config.json"), before);
+  expect_no_results();
 }
 
 }  // namespace

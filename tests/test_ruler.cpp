@@ -124,6 +124,79 @@ TEST_F(Ruler, HaystackComesFromItsSplitOnly) {
   EXPECT_EQ(all.size(), 7u);
 }
 
+TEST_F(Ruler, TaskSamplesHoldTheirAnswersAtTheirDepths) {
+  RulerCorpus corpus(dir_, CorpusSplit::kEvaluation, byte_tokenizer());
+  for (RulerTask task : kRulerTasks) {
+    for (std::int64_t i = 0; i < 10; ++i) {
+      const TaskSample s = corpus.make_task_sample(task, 3000, 11, i);
+      ASSERT_EQ(s.tokens.size(), 3000u) << to_string(task);
+      EXPECT_EQ(s.max_new_tokens, answer_budget(task));
+      const std::string text = text_of(s.tokens, 0, s.tokens.size());
+      const std::size_t question = text.rfind("\n\n") + 2;
+      ASSERT_FALSE(s.answers.empty());
+      for (const std::string& a : s.answers) {
+        // Each answer is planted in the haystack, and the question does not give it away.
+        const std::size_t at = text.find(a);
+        EXPECT_NE(at, std::string::npos) << to_string(task) << ": " << a;
+        EXPECT_LT(at, question) << to_string(task);
+      }
+      EXPECT_TRUE(std::is_sorted(s.depths.begin(), s.depths.end()));
+      const TaskSample again = corpus.make_task_sample(task, 3000, 11, i);
+      EXPECT_EQ(again.tokens, s.tokens);
+      EXPECT_NE(corpus.make_task_sample(task, 3000, 12, i).tokens, s.tokens);
+      switch (task) {
+        case RulerTask::kNiahSingle:
+          ASSERT_EQ(s.depths.size(), 1u);
+          // The depth steps through 0, 1/4, ..., 1 by index (to the nearest paragraph).
+          EXPECT_NEAR(s.depths[0], static_cast<double>(i % 5) / 4.0, 0.05);
+          EXPECT_EQ(s.answers[0].size(), 7u);
+          break;
+        case RulerTask::kNiahMultikey:
+          EXPECT_EQ(s.depths.size(), 4u);
+          EXPECT_EQ(s.answers.size(), 1u);
+          break;
+        case RulerTask::kNiahMultivalue:
+          EXPECT_EQ(s.depths.size(), 4u);
+          EXPECT_EQ(std::set<std::string>(s.answers.begin(), s.answers.end()).size(), 4u);
+          EXPECT_NE(text.find("The special magic numbers for"), std::string::npos);
+          break;
+        case RulerTask::kVariableTracking: {
+          ASSERT_EQ(s.answers.size(), 5u);
+          // A chain: the first name holds the value, each next one the previous name.
+          for (std::size_t k = 1; k < 5; ++k) {
+            const std::size_t link =
+                text.find("VAR " + s.answers[k] + " = VAR " + s.answers[k - 1] + ".");
+            EXPECT_NE(link, std::string::npos);
+            EXPECT_GT(link, text.find("VAR " + s.answers[k - 1] + " = "));
+          }
+          EXPECT_EQ(text.back(), ':');
+          break;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Ruler, TextSamplesAreExactAndHeldOut) {
+  RulerCorpus corpus(dir_, CorpusSplit::kEvaluation, byte_tokenizer());
+  const std::vector<std::int32_t> t = corpus.make_text(2000, 3, 0);
+  ASSERT_EQ(t.size(), 2000u);
+  EXPECT_EQ(t.front(), 1);
+  EXPECT_EQ(corpus.make_text(2000, 3, 0), t);
+  EXPECT_NE(corpus.make_text(2000, 3, 1), t);
+  EXPECT_EQ(text_of(t, 0, t.size()).find("magic"), std::string::npos);
+  EXPECT_ERROR_HAS(corpus.make_text(20, 3, 0), "too short");
+}
+
+TEST(RulerScoring, StringMatchAllCountsEachAnswer) {
+  EXPECT_EQ(string_match_all(" 1234567.", {"1234567"}), 1.0);
+  EXPECT_EQ(string_match_all(" 123456.", {"1234567"}), 0.0);
+  EXPECT_EQ(string_match_all("ABCDE, FGHIJ and KLMNO", {"ABCDE", "KLMNO", "PQRST", "UVWXY"}), 0.5);
+  EXPECT_EQ(string_match_all("anything", {}), 0.0);
+  for (RulerTask t : kRulerTasks) EXPECT_EQ(parse_ruler_task(to_string(t)), t);
+  EXPECT_ERROR_HAS(parse_ruler_task("ruler_qa"), "unknown task 'ruler_qa' (valid: ruler_niah_single");
+}
+
 TEST_F(Ruler, ErrorsNameTheProblem) {
   RulerCorpus corpus(dir_, CorpusSplit::kCalibration, byte_tokenizer());
   EXPECT_ERROR_HAS(corpus.make_sample(300, 1, 0), "tokens is too short");

@@ -116,7 +116,9 @@ void run(const RunArgs& a) {
   totals.wall_ms = report.prefill_ms + report.decode_ms;
   totals.prefill_ms = report.prefill_ms;
   totals.decode_ms = report.decode_ms;
-  if (a.time_attention) totals.attention_ms = report.attention_ms;
+  if (a.time_attention) {
+    totals.attention_ms = report.attention_ms.prefill + report.attention_ms.decode;
+  }
   totals.peak_device_memory_bytes = report.peak_device_used_bytes;
   totals.engine_device_memory_bytes = engine.device_bytes_peak();
   RunHeader header;

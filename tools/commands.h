@@ -5,6 +5,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <stdexcept>
+#include <string>
 
 namespace skipsoftmax::cli {
 
@@ -15,5 +17,19 @@ struct Registration {
 };
 
 void add_registered_commands(CLI::App& app);
+
+// The command line the tool was started with, for the provenance of the files it writes.
+const std::string& command_line();
+
+// A verdict that fails without an error (evaluate's gate): main() prints the message and returns
+// `code`, so scripts tell a failed gate (2) from bad input (1).
+class CommandFailed : public std::runtime_error {
+ public:
+  CommandFailed(const std::string& message, int code) : std::runtime_error(message), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
 
 }  // namespace skipsoftmax::cli

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <exception>
+#include <string>
 #include <iostream>
 #include <utility>
 #include <vector>
@@ -8,6 +9,11 @@
 
 namespace skipsoftmax::cli {
 namespace {
+
+std::string& invocation() {
+  static std::string line;
+  return line;
+}
 
 std::vector<std::pair<int, AddCommand>>& registry() {
   static std::vector<std::pair<int, AddCommand>> commands;
@@ -25,6 +31,8 @@ void add_registered_commands(CLI::App& app) {
   for (const auto& [rank, add] : commands) add(app);
 }
 
+const std::string& command_line() { return invocation(); }
+
 }  // namespace skipsoftmax::cli
 
 int main(int argc, char** argv) {
@@ -32,10 +40,18 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "skipsoftmax 0.1.0");
   skipsoftmax::cli::add_registered_commands(app);
+  for (int i = 0; i < argc; ++i) {
+    skipsoftmax::cli::invocation() += (i ? " " : "") + std::string(argv[i]);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const skipsoftmax::cli::CommandFailed& e) {
+    const auto subs = app.get_subcommands();
+    std::cerr << "skipsoftmax" << (subs.empty() ? "" : " " + subs.front()->get_name()) << ": "
+              << e.what() << '\n';
+    return e.code();
   } catch (const std::exception& e) {
     const auto subs = app.get_subcommands();
     std::cerr << "skipsoftmax" << (subs.empty() ? "" : " " + subs.front()->get_name())

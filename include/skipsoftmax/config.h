@@ -5,7 +5,8 @@
 //   skip_softmax_<phase>_scale_tables     calibrated tiers, {"50%": table, "75%": table, ...}
 //   skip_softmax_<phase>_target_sparsity  the deployed tier, 0.75 or "75%"
 // and skip_softmax_<phase>_shape_advice (informational, never read by export; written by
-// `skipsoftmax calibrate`). Every other key
+// `skipsoftmax calibrate`), and skip_softmax_price_list (informational, written by
+// `skipsoftmax price`). Every other key
 // belongs to the model and is preserved wherever the checkpoint config is rewritten.
 //
 // `skipsoftmax export` resolves one Threshold per phase, first match wins:
@@ -55,6 +56,8 @@ inline constexpr std::string_view kConfigFileName = "config.json";
 inline constexpr std::string_view kSkipKeyPrefix = "skip_softmax_";
 inline constexpr std::string_view kShapeAdviceKey = "skip_softmax_prefill_shape_advice";
 inline constexpr std::string_view kDecodeShapeAdviceKey = "skip_softmax_decode_shape_advice";
+// Written by `skipsoftmax price`, informational (never read by export).
+inline constexpr std::string_view kPriceListKey = "skip_softmax_price_list";
 inline constexpr std::string_view kCheckpointDirKey = "checkpoint_dir";
 inline constexpr std::string_view kModelConfigKey = "model_config";
 inline constexpr std::string_view kWeightsKey = "weights";
@@ -101,6 +104,7 @@ struct CheckpointConfig {
   PerPhase<CheckpointPhase> phases;
   std::optional<std::string> shape_advice_json;  // prefill; informational, never read by export
   std::optional<std::string> decode_shape_advice_json;  // the same for decode
+  std::optional<std::string> price_list_json;           // skip_softmax_price_list
   std::vector<std::string> unknown_skip_keys;           // skip_softmax_* keys nothing here reads
   std::string model_config_json;                        // the non-skip keys, as a JSON object
 };

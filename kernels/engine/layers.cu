@@ -44,6 +44,23 @@ __device__ float block_sum(float v) {
   return total;
 }
 
+// Maximum over the block, as block_sum.
+__device__ float block_max(float v) {
+  __shared__ float partial[kMaxWarps];
+  __shared__ float total;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float m = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : -FLT_MAX;
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) total = m;
+  }
+  __syncthreads();
+  return total;
+}
+
 // 1 / sqrt(mean of squares + eps) of one row of n fp32 values.
 __device__ float inv_rms(const float* x, int n, float eps) {
   float ss = 0.f;
@@ -172,6 +189,23 @@ __global__ void argmax_kernel(const float* logits, int vocab, std::int32_t* out)
   }
 }
 
+__global__ void target_logprob_kernel(const float* logits, int vocab, const std::int32_t* targets,
+                                      float* out) {
+  const int target = targets[blockIdx.x];
+  if (target < 0) {
+    if (threadIdx.x == 0) out[blockIdx.x] = 0.f;
+    return;
+  }
+  const float* row = logits + static_cast<std::int64_t>(blockIdx.x) * vocab;
+  float m = -FLT_MAX;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, row[i]);
+  m = block_max(m);
+  float sum = 0.f;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) sum += expf(row[i] - m);
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) out[blockIdx.x] = row[target] - m - logf(sum);
+}
+
 int grid_for(std::int64_t n) {
   return static_cast<int>(
       std::min((n + kElementwiseThreads - 1) / kElementwiseThreads, kMaxBlocks));
@@ -231,6 +265,13 @@ void argmax_rows(const float* logits, int rows, int vocab, std::int32_t* out, cu
   if (rows == 0) return;
   argmax_kernel<<<rows, kArgmaxThreads, 0, stream>>>(logits, vocab, out);
   check_launch("argmax_rows");
+}
+
+void target_logprobs(const float* logits, int rows, int vocab, const std::int32_t* targets,
+                     float* out, cudaStream_t stream) {
+  if (rows == 0) return;
+  target_logprob_kernel<<<rows, kArgmaxThreads, 0, stream>>>(logits, vocab, targets, out);
+  check_launch("target_logprobs");
 }
 
 }  // namespace skipsoftmax::engine

@@ -80,4 +80,9 @@ void soft_cap(float* x, std::int64_t n, float cap, cudaStream_t stream);
 // out[r] = the first index of the largest value of logits[r, :vocab]. logits: [rows, vocab].
 void argmax_rows(const float* logits, int rows, int vocab, std::int32_t* out, cudaStream_t stream);
 
+// out[r] = log softmax(logits[r, :vocab])[targets[r]], in fp32 with the row maximum subtracted;
+// 0 where targets[r] < 0 (a row with nothing to score). logits: [rows, vocab].
+void target_logprobs(const float* logits, int rows, int vocab, const std::int32_t* targets,
+                     float* out, cudaStream_t stream);
+
 }  // namespace skipsoftmax::engine

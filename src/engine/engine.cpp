@@ -51,7 +51,8 @@ struct Part {
 };
 
 enum class StepKind { kPrefill, kDecode };
-enum class Logits { kNone, kLast, kAll };  // kNone still picks the next tokens
+// kNone still picks the next tokens; kTargets scores the next prompt tokens (Impl::targets_of).
+enum class Logits { kNone, kLast, kAll, kTargets };
 
 struct StepOut {
   std::vector<std::int32_t> next;           // [parts]: greedy token after each part (not kAll)
@@ -59,6 +60,7 @@ struct StepOut {
   std::vector<std::vector<float>> q, k, v;  // per capture layer, in the order asked:
                                             // [tokens, heads, head_dim]
   std::vector<unsigned long long> stats;    // [parts][2]: tiles visited, skipped (global layers)
+  std::vector<float> logprobs;              // kTargets: [tokens], 0 at a prompt's last token
 };
 
 // The integer inputs of one step, packed into one upload. Offsets index `host`.
@@ -108,12 +110,17 @@ struct Engine::Impl {
   DeviceBuffer logits;   // [rows, vocab] fp32
   DeviceBuffer next;     // [B] int32
   DeviceBuffer stats;    // [B][2] u64
+  DeviceBuffer targets;   // [T] int32, Logits::kTargets
+  DeviceBuffer logprobs;  // [T] fp32, Logits::kTargets
   DeviceBuffer decode_workspace;
 
   std::vector<cudaEvent_t> events;  // pairs around attention launches, reused
   std::size_t events_used = 0;
-  double attention_ms = 0.0;
+  PerPhase<double> attention_ms;
   std::uint64_t peak_used = 0;
+  // With Logits::kTargets, the prompts of the parts (indexed by Part::seq): the target of a
+  // prompt token is the token after it.
+  const std::vector<std::vector<std::int32_t>>* targets_of = nullptr;
 
   Impl(const gguf::File& file, const ModelConfig& c, const EngineOptions& o);
   ~Impl();
@@ -475,7 +482,24 @@ StepOut Engine::Impl::run_step(const std::vector<Part>& parts,
     }
   }
   const std::size_t vocab = static_cast<std::size_t>(config.vocab);
-  if (want == Logits::kAll) {
+  if (want == Logits::kTargets) {
+    std::vector<std::int32_t> host;
+    for (const Part& p : parts) {
+      const std::vector<std::int32_t>& prompt = (*targets_of)[static_cast<std::size_t>(p.seq)];
+      for (int j = p.start; j < p.start + p.len; ++j) {
+        host.push_back(j + 1 < static_cast<int>(prompt.size()) ? prompt[j + 1] : -1);
+      }
+    }
+    ensure_bytes(targets, host.size() * 4, &memory);
+    ensure_bytes(logprobs, host.size() * 4, &memory);
+    engine::upload(host, targets.as(), stream);
+    logit_chunks(nullptr, 0, t, [&](int first, int count) {
+      engine::target_logprobs(logits.as<float>(), count, config.vocab,
+                              targets.as<std::int32_t>() + first, logprobs.as<float>() + first,
+                              stream);
+    });
+    out.logprobs = engine::download<float>(logprobs.as(), host.size(), stream);
+  } else if (want == Logits::kAll) {
     out.logits.resize(std::size_t(t) * vocab);
     logit_chunks(nullptr, 0, t, [&](int first, int count) {
       check_cuda(cudaMemcpyAsync(out.logits.data() + std::size_t(first) * vocab, logits.as(),
@@ -499,7 +523,7 @@ StepOut Engine::Impl::run_step(const std::vector<Part>& parts,
   for (std::size_t e = 0; e + 1 < events_used; e += 2) {
     float ms = 0.f;
     check_cuda(cudaEventElapsedTime(&ms, events[e], events[e + 1]), "cudaEventElapsedTime");
-    attention_ms += ms;
+    attention_ms[kind == StepKind::kDecode ? Phase::kDecode : Phase::kPrefill] += ms;
   }
   sample_memory();
   return out;
@@ -540,6 +564,8 @@ const ModelConfig& Engine::config() const { return impl_->config; }
 
 std::uint64_t Engine::device_bytes_peak() const { return impl_->memory.peak; }
 
+void Engine::set_time_attention(bool on) { impl_->options.time_attention = on; }
+
 namespace {
 
 void check_prompt(const std::vector<std::int32_t>& prompt, std::int64_t extra, const ModelConfig& c,
@@ -575,7 +601,7 @@ GenerationReport Engine::generate(const std::vector<GenerationRequest>& requests
     capacity.push_back(static_cast<std::int64_t>(r.prompt.size()) + r.max_new_tokens);
   }
   im.allocate_cache(capacity);
-  im.attention_ms = 0.0;
+  im.attention_ms = {};
   GenerationReport report;
   report.results.resize(requests.size());
   const auto finished = [&](std::size_t s) {
@@ -656,7 +682,14 @@ ForwardResult Engine::forward(const std::vector<std::vector<std::int32_t>>& prom
   const std::size_t vocab = static_cast<std::size_t>(im.config.vocab);
   const std::size_t q_row = std::size_t(im.config.heads_q) * im.config.head_dim;
   const std::size_t kv_row = std::size_t(im.config.heads_kv) * im.config.head_dim;
-  const Logits want = options.all_logits ? Logits::kAll : Logits::kLast;
+  if (options.all_logits && options.target_logprobs) {
+    throw std::invalid_argument("forward: all_logits and target_logprobs exclude each other");
+  }
+  const Logits want = options.target_logprobs ? Logits::kTargets
+                      : options.all_logits    ? Logits::kAll
+                                              : Logits::kLast;
+  result.logprobs.resize(prompts.size());
+  im.targets_of = &prompts;
   const auto append_rows = [](std::vector<float>& to, const std::vector<float>& from,
                               std::size_t row, std::size_t first, std::size_t count) {
     to.insert(to.end(), from.begin() + static_cast<std::ptrdiff_t>(first * row),
@@ -668,7 +701,14 @@ ForwardResult Engine::forward(const std::vector<std::vector<std::int32_t>>& prom
                for (std::size_t i = 0; i < parts.size(); ++i) {
                  const auto s = static_cast<std::size_t>(parts[i].seq);
                  const auto len = static_cast<std::size_t>(parts[i].len);
-                 if (options.all_logits) {
+                 if (options.target_logprobs) {
+                   // The prompt's last token has no target.
+                   const std::size_t scored =
+                       parts[i].start + parts[i].len == static_cast<int>(prompts[s].size())
+                           ? len - 1
+                           : len;
+                   append_rows(result.logprobs[s], out.logprobs, 1, first, scored);
+                 } else if (options.all_logits) {
                    append_rows(result.logits[s], out.logits, vocab, first, len);
                  } else if (parts[i].start + parts[i].len == static_cast<int>(prompts[s].size())) {
                    append_rows(result.logits[s], out.logits, vocab, i, 1);
@@ -682,6 +722,7 @@ ForwardResult Engine::forward(const std::vector<std::vector<std::int32_t>>& prom
                  first += len;
                }
              });
+  im.targets_of = nullptr;
   return result;
 }
 

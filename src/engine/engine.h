@@ -61,18 +61,22 @@ struct GenerationReport {
   std::vector<GenerationResult> results;  // in request order
   double prefill_ms = 0.0;                // every prompt's prefill, the first tokens included
   double decode_ms = 0.0;
-  double attention_ms = 0.0;                 // with EngineOptions::time_attention
+  PerPhase<double> attention_ms;             // with time_attention: the kernels' time per phase
   std::uint64_t peak_device_used_bytes = 0;  // device memory in use (all processes), sampled
 };
 
 struct ForwardOptions {
   std::vector<int> capture_layers;  // layers whose post-RoPE Q, K and V to return
   bool all_logits = false;          // false: the last token's logits only
+  bool target_logprobs = false;     // the log-probability of each next prompt token
 };
 
 struct ForwardResult {
   std::vector<std::vector<float>> logits;           // per prompt: [tokens or 1, vocab]
   std::vector<std::vector<LayerCapture>> captures;  // per prompt, per capture layer
+  // With target_logprobs, per prompt: [tokens - 1], entry i = log p(prompt[i + 1] | prompt[..i]),
+  // computed on the device (no logits leave it).
+  std::vector<std::vector<float>> logprobs;
 };
 
 class Engine {
@@ -87,6 +91,9 @@ class Engine {
   const ModelConfig& config() const;
   // Bytes the engine holds on the device: weights, KV cache, buffers (most at any time).
   std::uint64_t device_bytes_peak() const;
+  // Turns the CUDA events around attention launches on or off (EngineOptions::time_attention):
+  // timed runs measure the attention share, untimed runs the latencies without the events.
+  void set_time_attention(bool on);
 
   // Greedy generation for a ragged batch: prefill (whole or chunked), then one decode step per
   // token for the requests still running; a request stops at `eos` or at max_new_tokens.
@@ -94,7 +101,8 @@ class Engine {
   // longer than the context.
   GenerationReport generate(const std::vector<GenerationRequest>& requests, std::int32_t eos);
 
-  // Prefill only (whole or chunked, as the options say), returning logits and captures.
+  // Prefill only (whole or chunked, as the options say), returning logits, log-probabilities
+  // and captures.
   ForwardResult forward(const std::vector<std::vector<std::int32_t>>& prompts,
                         const ForwardOptions& options);
 
