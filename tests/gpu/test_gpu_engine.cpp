@@ -4,6 +4,7 @@
 // batch against single runs, a skip engine whose table cannot skip against the dense one, and the
 // run command end to end. Skipped without a Hopper GPU or without the files.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "engine.h"
+#include "evaluation.h"
 #include "file_io.h"
 #include "gguf.h"
 #include "model_config.h"
@@ -389,6 +391,59 @@ TEST(GpuEngineTool, ExportRunAndRetarget) {
   const json skip = read_json_file(dir / "skip.json");
   EXPECT_EQ(skip.at("thresholds").at("decode"), Threshold::flat(0.5).describe());
   EXPECT_GT(skip.at("requests")[0].at("attention_tiles").at("decode").at("visited").get<int>(), 0);
+  fs::remove_all(dir);
+}
+
+// skipsoftmax evaluate on SmolLM2: a dense baseline, the same engine gated against it (drop 0:
+// passes), and an engine skipping at a flat lambda of 0.5 (every tile whose scores sit 0.7 below
+// the running maximum) gated with no slack: its perplexity rises, so the gate fails with exit 2.
+TEST(GpuEngineTool, EvaluateAndGate) {
+  if (!hopper_gpu_available()) GTEST_SKIP() << "no Hopper GPU on this machine";
+  const char* path = std::getenv("SKIPSOFTMAX_SMOLLM2_GGUF");
+  if (!path || !fs::exists(path)) GTEST_SKIP() << "SKIPSOFTMAX_SMOLLM2_GGUF not set";
+  const fs::path dir = fs::temp_directory_path() / ("skipsoftmax_eval_" + std::to_string(getpid()));
+  fs::create_directories(dir / "ckpt");
+  fs::create_symlink(fs::absolute(path), dir / "ckpt" / "model.gguf");
+  std::ofstream(dir / "ckpt" / "config.json") << "{}";
+  const fs::path tool =
+      fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "skipsoftmax";
+  const auto sh = [&](const std::string& args) {
+    const int status = std::system((tool.string() + " " + args + " > /dev/null 2>&1").c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  const std::string ckpt = (dir / "ckpt").string();
+  ASSERT_EQ(sh("export " + ckpt + " " + (dir / "dense").string()), 0);
+  ASSERT_EQ(sh("export " + ckpt + " " + (dir / "flat").string() +
+               " --skip-softmax-prefill-threshold 0.5 --skip-softmax-decode-threshold 0.5"),
+            0);
+  const auto evaluate = [&](const std::string& engine, const std::string& extra) {
+    return sh("evaluate --model-dir " + ckpt + " --engine-dir " + (dir / engine).string() +
+              " --max-context 2048 --lengths 1024 2048 --samples 2 --text-windows 1 " + extra);
+  };
+  ASSERT_EQ(evaluate("dense", "--save-results " + (dir / "dense.json").string()), 0);
+  const EvalResults dense = read_evaluation_file(dir / "dense.json");
+  ASSERT_EQ(dense.results.size(), 2u);
+  EXPECT_EQ(dense.results[1].scores.size(), 4u);
+  EXPECT_GT(dense.results[1].perplexity, 1.0);
+  EXPECT_LT(dense.results[1].perplexity, 100.0);  // English text to a trained model
+  EXPECT_EQ(dense.results[1].perplexity_tokens, 2047);
+  EXPECT_EQ(dense.results[1].tiles.prefill.visited, 0u);  // dense kernels keep no statistics
+
+  const std::string gate = "--baseline " + (dir / "dense.json").string() + " --save-results ";
+  ASSERT_EQ(evaluate("dense", gate + (dir / "again.json").string() + " --max-drop 0"), 0);
+  EXPECT_TRUE(read_evaluation_file(dir / "again.json").gate->pass);
+  EXPECT_EQ(evaluate("flat", gate + (dir / "flat.json").string() + " --max-drop 0"), 2);
+  const EvalResults flat = read_evaluation_file(dir / "flat.json");
+  ASSERT_TRUE(flat.gate);
+  EXPECT_FALSE(flat.gate->pass);
+  EXPECT_GT(flat.results[1].tiles.prefill.skipped, 0u);
+  EXPECT_GT(flat.results[1].perplexity, dense.results[1].perplexity);
+  // The arm attributes a phase: decode alone leaves the prefill (and so the perplexity) dense.
+  ASSERT_EQ(evaluate("flat", "--arm decode --save-results " + (dir / "decode.json").string()), 0);
+  const EvalResults decode = read_evaluation_file(dir / "decode.json");
+  EXPECT_EQ(decode.results[1].tiles.prefill.visited, 0u);
+  EXPECT_GT(decode.results[1].tiles.decode.visited, 0u);
+  EXPECT_DOUBLE_EQ(decode.results[1].perplexity, dense.results[1].perplexity);
   fs::remove_all(dir);
 }
 
