@@ -3,7 +3,10 @@
 # from binaries built on the development machine and unpacked under W: the GPU tests touched by the
 # evaluation path, then per model its calibration on the GPU and its price list. Logs and results
 # go to $OUT (a tarball per model, as $OUT takes few files).
-#   scripts/gpu_price.sh W tests|smollm2|gemma3
+#   [CALIBRATE=0] [SAMPLES=N] [TEXTS=N] scripts/gpu_price.sh W tests|smollm2|gemma3|hold
+# CALIBRATE=0 prices the checkpoint config as carried (already calibrated). `hold`: SmolLM2's
+# tile sparsity per length on held-out prompts, with its 75% tables and with a flat S (the 75%
+# table's first row at every length), for the sparsity-hold check of the calibration.
 # W holds .gpubin/ (tool, tests, ICU), .stage/corpora/, .stage/ck/<model>.json (the checkpoint
 # configs) and models/*.gguf.
 set -uo pipefail
@@ -43,17 +46,33 @@ case $step in
     work=$HOME/price/$step
     rm -rf "$work" && mkdir -p "$work"
     start=$(date +%s)
-    "$bin/skipsoftmax" calibrate --model-dir "$ck" --phase both --max-seqlen $max_seqlen \
+    [[ ${CALIBRATE:-1} == 0 ]] || "$bin/skipsoftmax" calibrate --model-dir "$ck" --phase both --max-seqlen $max_seqlen \
       --bin-min 2048 --bin-step 2048 --samples 2 --backend cuda > "$work/calibrate.log" 2>&1
     echo "calibrate: exit $? in $(( $(date +%s) - start )) s"; tail -14 "$work/calibrate.log"
     start=$(date +%s)
     # shellcheck disable=SC2086
     "$bin/skipsoftmax" price --model-dir "$ck" --work-dir "$work" --lengths $lengths \
-      --accuracy-lengths $acc > "$work/price.log" 2>&1
+      --accuracy-lengths $acc --samples "${SAMPLES:-8}" --text-windows "${TEXTS:-2}" \
+      > "$work/price.log" 2>&1
     echo "price: exit $? in $(( $(date +%s) - start )) s"
     tr '\r' '\n' < "$work/price.log" | grep -v "tasks [0-9]*/" | tail -40
     cp "$ck/config.json" "$work/checkpoint_config.json"
     tar czf "$out/price_$step.tgz" -C "$HOME/price" "$step"
+    ;;
+  hold)
+    ck=$(checkpoint smollm2 "$smol")
+    eng=$HOME/hold && rm -rf "$eng" && mkdir -p "$eng"
+    "$bin/skipsoftmax" export "$ck" "$eng/tiers75" --prefill-target-sparsity 75% \
+      --decode-target-sparsity 75% > /dev/null
+    "$bin/skipsoftmax" export "$ck" "$eng/flat" \
+      --skip-softmax-prefill-scale-table "$w/.stage/ck/smollm2_flat_prefill.json" \
+      --skip-softmax-decode-scale-table "$w/.stage/ck/smollm2_flat_decode.json" > /dev/null
+    for e in tiers75 flat; do
+      "$bin/skipsoftmax" evaluate --model-dir "$ck" --engine-dir "$eng/$e" --max-context 8192 \
+        --lengths 2048 3072 4096 5120 6144 7168 8160 --tasks ruler_niah_multikey ruler_niah_single \
+        --samples "${SAMPLES:-8}" --text-windows 0 --label "$e" --save-results "$out/hold_$e.json" \
+        2> "$eng/$e.log" | tail -9
+    done
     ;;
   *)
     echo "unknown step $step" >&2
