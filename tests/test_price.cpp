@@ -281,3 +281,61 @@ TEST(PriceSchema, Recommendations) {
 
 }  // namespace
 }  // namespace skipsoftmax
+
+namespace skipsoftmax {
+namespace {
+
+// What `price` reads from a calibrated checkpoint config: per phase with tiers its advice, the
+// deployed tier's table and the ladder in order; a phase without tiers is absent.
+TEST(PriceCheckpoint, CalibrationFromTheCheckpointConfig) {
+  const CheckpointConfig c = parse_checkpoint_config(R"({
+    "model": "m",
+    "skip_softmax_prefill_scale_tables": {"75%": [[4096, 8.0]], "50%": [[4096, 2.0]]},
+    "skip_softmax_prefill_target_sparsity": "75%",
+    "skip_softmax_prefill_shape_advice": {"verdict": "OFF", "sparsity": 0.75, "mass_share": 0.3,
+                                          "mass_ratio": 0.4, "mass_ratio_limit": 0.3},
+    "skip_softmax_decode_scale_table": [[2048, 5.0]]})",
+                                                     "config.json");
+  const PerPhase<std::optional<PhaseCalibration>> cal =
+      calibration_from_checkpoint(c, "config.json");
+  ASSERT_TRUE(cal.prefill);
+  EXPECT_FALSE(cal.decode);  // a deployed table but no ladder: nothing to price
+  EXPECT_FALSE(cal.prefill->advice.on);
+  EXPECT_DOUBLE_EQ(cal.prefill->advice.mass_share, 0.3);
+  ASSERT_EQ(cal.prefill->ladder.size(), 2u);
+  EXPECT_EQ(cal.prefill->ladder[0].key, "50%");
+  EXPECT_EQ(cal.prefill->deployed, ScaleTable({{4096, 8.0}}));
+
+  const CheckpointConfig no_advice = parse_checkpoint_config(
+      R"({"skip_softmax_decode_scale_tables": {"75%": [[4096, 8.0]]}})", "config.json");
+  EXPECT_ERROR_HAS(calibration_from_checkpoint(no_advice, "config.json"),
+                   "config.json: skip_softmax_decode_shape_advice: missing");
+  const CheckpointConfig bad_advice = parse_checkpoint_config(R"({
+    "skip_softmax_prefill_scale_tables": {"75%": [[4096, 8.0]]},
+    "skip_softmax_prefill_shape_advice": {"verdict": "MAYBE", "sparsity": 0.7,
+                                          "mass_share": 0.1, "mass_ratio": 0.1}})",
+                                                              "config.json");
+  EXPECT_ERROR_HAS(calibration_from_checkpoint(bad_advice, "config.json"), "neither");
+}
+
+// The summary recorded in the checkpoint config follows the price list it summarises, and the
+// checkpoint config keeps it as an informational key (export does not call it unknown).
+TEST(PriceCheckpoint, SummaryIsRecordedAsAnInformationalKey) {
+  const PriceList p = read_price_file(fixture_path("llama"));
+  const nlohmann::ordered_json s = price_summary_json(p, "/w/price.json");
+  EXPECT_EQ(s["price_file"], "/w/price.json");
+  ASSERT_EQ(s["arms"].size(), p.arms.size());
+  EXPECT_EQ(s["arms"][0]["arm"], "dense");
+  EXPECT_EQ(s["arms"][1]["points"].size(), p.lengths.size());
+  EXPECT_TRUE(s["arms"][1]["points"][0].contains("accuracy_ratio"));  // 4096: an accuracy length
+  EXPECT_FALSE(s["arms"][1]["points"][1].contains("accuracy_ratio"));
+  EXPECT_EQ(s["recommendations"].size(), p.recommendations.size());
+  const std::string merged = merge_skip_keys(
+      R"({"model": "m"})", nlohmann::json{{"skip_softmax_price_list", s}}.dump(), "config.json");
+  const CheckpointConfig c = parse_checkpoint_config(merged, "config.json");
+  ASSERT_TRUE(c.price_list_json);
+  EXPECT_TRUE(c.unknown_skip_keys.empty());
+}
+
+}  // namespace
+}  // namespace skipsoftmax

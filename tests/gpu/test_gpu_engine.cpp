@@ -25,6 +25,7 @@
 #include "gguf.h"
 #include "model_config.h"
 #include "model_ref.h"
+#include "price.h"
 #include "skipsoftmax/prefill.h"
 #include "tokenizer.h"
 
@@ -444,6 +445,56 @@ TEST(GpuEngineTool, EvaluateAndGate) {
   EXPECT_EQ(decode.results[1].tiles.prefill.visited, 0u);
   EXPECT_GT(decode.results[1].tiles.decode.visited, 0u);
   EXPECT_DOUBLE_EQ(decode.results[1].perplexity, dense.results[1].perplexity);
+  fs::remove_all(dir);
+}
+
+// skipsoftmax price on SmolLM2 with a hand-written ladder: price.json valid, the dense arm and the
+// tier measured at every length, each arm's evaluation written, and the summary recorded in the
+// checkpoint config with the other keys kept.
+TEST(GpuEngineTool, PriceListOfACalibratedCheckpoint) {
+  if (!hopper_gpu_available()) GTEST_SKIP() << "no Hopper GPU on this machine";
+  const char* path = std::getenv("SKIPSOFTMAX_SMOLLM2_GGUF");
+  if (!path || !fs::exists(path)) GTEST_SKIP() << "SKIPSOFTMAX_SMOLLM2_GGUF not set";
+  const fs::path dir = fs::temp_directory_path() / ("skipsoftmax_price_" + std::to_string(getpid()));
+  fs::create_directories(dir / "ckpt");
+  fs::create_symlink(fs::absolute(path), dir / "ckpt" / "model.gguf");
+  std::ofstream(dir / "ckpt" / "config.json") << R"({
+    "model_type": "llama",
+    "skip_softmax_prefill_scale_tables": {"50%": [[1024, 50.0]], "75%": [[1024, 200.0]]},
+    "skip_softmax_prefill_target_sparsity": "75%",
+    "skip_softmax_prefill_shape_advice": {"verdict": "ON", "sparsity": 0.75, "mass_share": 0.05,
+                                          "mass_ratio": 0.0667, "mass_ratio_limit": 0.3},
+    "skip_softmax_decode_scale_tables": {"75%": [[1024, 200.0]]},
+    "skip_softmax_decode_shape_advice": {"verdict": "ON", "sparsity": 0.75, "mass_share": 0.05,
+                                         "mass_ratio": 0.0667, "mass_ratio_limit": 0.3}})";
+  const fs::path tool =
+      fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "skipsoftmax";
+  const std::string cmd = tool.string() + " price --model-dir " + (dir / "ckpt").string() +
+                          " --work-dir " + (dir / "work").string() +
+                          " --lengths 1024 2048 --accuracy-lengths 2048 --tiers 75% --samples 2"
+                          " --text-windows 1 --repeats 2 --decode-tokens 8 > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const PriceList p = read_price_file(dir / "work" / "price.json");
+  ASSERT_EQ(p.arms.size(), 2u);
+  EXPECT_TRUE(p.arms[0].dense());
+  EXPECT_EQ(p.arms[1].skip, SkipScope::kBoth);
+  EXPECT_EQ(p.arms[1].tier, "75%");
+  ASSERT_EQ(p.arms[1].points.size(), 2u);
+  const PricePoint& at2k = p.arms[1].points[1];
+  EXPECT_GT(at2k.phases.prefill.tile_sparsity, 0.0);
+  EXPECT_GT(at2k.phases.decode.tile_sparsity, 0.0);
+  EXPECT_GT(at2k.phases.prefill.attention_share, 0.0);
+  EXPECT_LT(at2k.phases.prefill.attention_share, 1.0);
+  ASSERT_TRUE(at2k.accuracy);
+  EXPECT_EQ(at2k.accuracy->scores.size(), 4u);
+  EXPECT_FALSE(p.arms[1].points[0].accuracy);
+  EXPECT_EQ(p.recommendations.size(), 2u);
+  EXPECT_TRUE(fs::exists(dir / "work" / "evaluate_dense.json"));
+  EXPECT_EQ(read_evaluation_file(dir / "work" / "evaluate_75pct.json").results.size(), 1u);
+  const json config = read_json_file(dir / "ckpt" / "config.json");
+  EXPECT_EQ(config.at("model_type"), "llama");
+  EXPECT_EQ(config.at("skip_softmax_price_list").at("arms").size(), 2u);
+  EXPECT_TRUE(config.contains("skip_softmax_prefill_scale_tables"));
   fs::remove_all(dir);
 }
 
