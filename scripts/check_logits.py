@@ -6,7 +6,7 @@ Run on the GPU machine after building (CUDA, every kernel family):
     python3 scripts/check_logits.py --tool build/skipsoftmax --model-dir CHECKPOINT_DIR \\
         --text tests/data/engine_text.txt --tokens 2000 --out check_logits.json
 
-It runs `skipsoftmax capture --logits` (the engine, dense attention, bf16 weights) on the first
+It runs `skipsoftmax capture --logits` (the engine, dense attention, fp16 weights) on the first
 --tokens tokens of the text, loads the GGUF with transformers (dequantized to float32 on the GPU)
 and feeds it the same token ids, then prints and writes: top-1 agreement, max and mean absolute
 logit difference, and the positions where the top-1 choices differ with both models' margins.

@@ -3,11 +3,12 @@
 # from binaries built on the development machine and unpacked under W: the GPU tests touched by the
 # evaluation path, then per model its calibration on the GPU and its price list. Logs and results
 # go to $OUT (a tarball per model, as $OUT takes few files).
-#   [CALIBRATE=0] [SAMPLES=N] [TEXTS=N] scripts/gpu_price.sh W tests|smollm2|gemma3|hold
+#   [CALIBRATE=0] [SAMPLES=N] [TEXTS=N] scripts/gpu_price.sh W tests|logits|smollm2|gemma3|hold
 # CALIBRATE=0 prices the checkpoint config as carried (already calibrated). `hold`: SmolLM2's
 # tile sparsity per length on held-out prompts, with its 75% tables and with a flat S (the 75%
 # table's first row at every length), for the sparsity-hold check of the calibration.
-# W holds .gpubin/ (tool, tests, ICU), .stage/corpora/, .stage/ck/<model>.json (the checkpoint
+# `logits`: both checkpoints against transformers on 2k tokens (scripts/check_logits.py; the gguf
+# wheel under W/.whl). W holds .gpubin/ (tool, tests, ICU), .stage/corpora/, .stage/ck/<model>.json (the checkpoint
 # configs) and models/*.gguf.
 set -uo pipefail
 w=$1 step=$2
@@ -28,13 +29,24 @@ case $step in
   tests)
     SKIPSOFTMAX_SMOLLM2_GGUF=$smol SKIPSOFTMAX_GEMMA3_GGUF=$gemma timeout -s KILL 300 \
       "$bin/tests/skipsoftmax_gpu_engine_tests" \
-      --gtest_filter='*TargetLogprobs*:*EvaluateAndGate*:*Unreachable*:*ExportRun*' \
       > "$out/engine_tests.log" 2>&1
     echo "engine tests: exit $?"
-    grep -E "^\[ *(OK|FAILED|PASSED|SKIPPED) |Failure" "$out/engine_tests.log" | head -20
-    timeout -s KILL 240 "$bin/tests/skipsoftmax_gpu_tests" --gtest_brief=1 \
+    grep -E "^\[ *(OK|FAILED|PASSED|SKIPPED) |Failure|top-1" "$out/engine_tests.log" | head -40
+    SKIPSOFTMAX_SMOLLM2_GGUF=$smol SKIPSOFTMAX_GEMMA3_GGUF=$gemma timeout -s KILL 240 \
+      "$bin/tests/skipsoftmax_gpu_tests" --gtest_brief=1 --gtest_filter="${GPU_TESTS:-*}" \
       > "$out/gpu_tests.log" 2>&1
     echo "gpu tests: exit $?"; tail -5 "$out/gpu_tests.log"
+    ;;
+  logits)
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site "$w"/.whl/*.whl
+    for m in smollm2 gemma3; do
+      gguf=$smol
+      [[ $m == gemma3 ]] && gguf=$gemma
+      ck=$(checkpoint "$m" "$gguf")
+      PYTHONPATH=/tmp/site timeout -s KILL 300 python3 scripts/check_logits.py \
+        --tool "$bin/skipsoftmax" --model-dir "$ck" --text tests/data/engine_text.txt \
+        --tokens 2000 --out "$out/check_logits_$m.json" 2>&1 | tail -4
+    done
     ;;
   smollm2 | gemma3)
     if [[ $step == smollm2 ]]; then

@@ -104,6 +104,7 @@ class CliRun : public test::TempDirTest {
 TEST_F(CliRun, ValidRequestsReachTheEngine) {
   expect_stops_at_the_engine(run_args());
   expect_stops_at_the_engine(run_args("--max-new-tokens 8 --prefill-chunk 16 --time-attention"));
+  expect_stops_at_the_engine(run_args("--dtype bf16"));
 }
 
 TEST_F(CliRun, FlagErrors) {
@@ -112,6 +113,7 @@ TEST_F(CliRun, FlagErrors) {
   expect_fails(run_args("--max-new-tokens 0"), "--max-new-tokens must be >= 1");
   expect_fails(run_args("--prefill-chunk -1"), "--prefill-chunk must be >= 0");
   expect_fails(run_args("--max-new-tokens x"), "--max-new-tokens");
+  expect_fails(run_args("--dtype fp8"), "--dtype fp8: expected fp16 or bf16");
 }
 
 TEST_F(CliRun, EngineErrors) {

@@ -30,6 +30,7 @@ struct RunArgs {
   int prefill_chunk = 0;
   int page_size = 64;
   bool time_attention = false;
+  std::string dtype = "fp16";
 };
 
 // The output goes where a directory exists; checked before any GPU work.
@@ -45,6 +46,9 @@ void check_output_path(const fs::path& path) {
 void run(const RunArgs& a) {
   if (a.max_new_tokens < 1) throw std::invalid_argument("--max-new-tokens must be >= 1");
   if (a.prefill_chunk < 0) throw std::invalid_argument("--prefill-chunk must be >= 0");
+  if (a.dtype != "fp16" && a.dtype != "bf16") {
+    throw std::invalid_argument("--dtype " + a.dtype + ": expected fp16 or bf16");
+  }
   const EngineConfig config = load_engine_config(a.engine_dir);
   if (!config.weights) {
     throw std::invalid_argument(
@@ -88,6 +92,7 @@ void run(const RunArgs& a) {
   options.prefill_chunk = a.prefill_chunk;
   options.thresholds = {config.phases.prefill.threshold, config.phases.decode.threshold};
   options.time_attention = a.time_attention;
+  options.dtype = a.dtype == "bf16" ? DType::kBF16 : DType::kF16;
   Engine engine(file, model, options);
   const GenerationReport report = engine.generate(batch, text.eos());
 
@@ -157,6 +162,9 @@ void add_run(CLI::App& app) {
                   "Prefill prompts in chunks of this many tokens over the KV cache (0: whole)")
       ->capture_default_str();
   sub->add_option("--page-size", a->page_size, "Tokens per KV-cache page (16 to 128)")
+      ->capture_default_str();
+  sub->add_option("--dtype", a->dtype,
+                  "16-bit type of the weights, activations and KV cache: fp16 or bf16")
       ->capture_default_str();
   sub->add_flag("--time-attention", a->time_attention,
                 "Time the attention kernels with CUDA events (attention_ms in the totals)");

@@ -1,13 +1,13 @@
-// GGUF blocks to bf16 on the device, one thread per value. The arithmetic repeats gguf.cpp's CPU
-// dequantizer operation by operation with round-to-nearest intrinsics (no fused multiply-adds,
-// which nvcc would otherwise form), so that both agree bit for bit after rounding to bf16.
-#include <cuda_bf16.h>
+// GGUF blocks to bf16 or fp16 on the device, one thread per value. The arithmetic repeats
+// gguf.cpp's CPU dequantizer operation by operation with round-to-nearest intrinsics (no fused
+// multiply-adds, which nvcc would otherwise form), so that both agree bit for bit after rounding.
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
+#include "bits16.cuh"
 #include "launch_check.cuh"
 #include "ops.h"
 
@@ -19,8 +19,6 @@ using gguf::GgmlType;
 __device__ float half_at(const std::uint8_t* p) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | (p[1] << 8))));
 }
-
-__device__ bf16_bits to_bf16(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 
 // Value j of one block (layouts in gguf.cpp's dequantize_block).
 template <GgmlType kType>
@@ -76,18 +74,22 @@ __device__ float block_value(const std::uint8_t* b, int j) {
 }
 
 template <GgmlType kType, int kValues, int kBytes>
-__global__ void dequantize_kernel(const std::uint8_t* src, bf16_bits* dst, std::int64_t count) {
+__global__ void dequantize_kernel(const std::uint8_t* src, bits16* dst, std::int64_t count,
+                                  bool fp16) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < count;
        i += std::int64_t{gridDim.x} * blockDim.x) {
-    dst[i] = to_bf16(block_value<kType>(src + i / kValues * kBytes, static_cast<int>(i % kValues)));
+    dst[i] = to_bits16(block_value<kType>(src + i / kValues * kBytes, static_cast<int>(i % kValues)),
+                       fp16);
   }
 }
 
-// bf16 values are already what the engine stores.
-__global__ void copy_bf16_kernel(const std::uint8_t* src, bf16_bits* dst, std::int64_t count) {
+// bf16 values: copied as they are, or rounded to fp16.
+__global__ void convert_bf16_kernel(const std::uint8_t* src, bits16* dst, std::int64_t count,
+                                    bool fp16) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < count;
        i += std::int64_t{gridDim.x} * blockDim.x) {
-    dst[i] = static_cast<bf16_bits>(src[2 * i] | (src[2 * i + 1] << 8));
+    const auto b = static_cast<bits16>(src[2 * i] | (src[2 * i + 1] << 8));
+    dst[i] = fp16 ? to_bits16(from_bits16(b, false), true) : b;
   }
 }
 
@@ -100,52 +102,53 @@ int blocks_for(std::int64_t count) {
 }
 
 template <GgmlType kType, int kValues, int kBytes>
-void launch(const void* src, bf16_bits* dst, std::int64_t count, cudaStream_t stream) {
+void launch(const void* src, bits16* dst, std::int64_t count, bool fp16, cudaStream_t stream) {
   dequantize_kernel<kType, kValues, kBytes><<<blocks_for(count), kThreads, 0, stream>>>(
-      static_cast<const std::uint8_t*>(src), dst, count);
+      static_cast<const std::uint8_t*>(src), dst, count, fp16);
 }
 
 }  // namespace
 
-void dequantize_to_bf16(GgmlType type, const void* src, bf16_bits* dst, std::int64_t count,
-                        cudaStream_t stream) {
+void dequantize(GgmlType type, const void* src, bits16* dst, std::int64_t count,
+                cudaStream_t stream, DType dtype) {
   if (count <= 0) return;
+  const bool fp16 = dtype == DType::kF16;
   if (count % gguf::block_values(type) != 0) {
-    throw std::invalid_argument("dequantize_to_bf16: " + std::to_string(count) +
+    throw std::invalid_argument("dequantize: " + std::to_string(count) +
                                 " values are not whole " +
                                 gguf::type_name(static_cast<std::uint32_t>(type)) + " blocks");
   }
   switch (type) {
     case GgmlType::kQ4_0:
-      launch<GgmlType::kQ4_0, 32, 18>(src, dst, count, stream);
+      launch<GgmlType::kQ4_0, 32, 18>(src, dst, count, fp16, stream);
       break;
     case GgmlType::kQ4_1:
-      launch<GgmlType::kQ4_1, 32, 20>(src, dst, count, stream);
+      launch<GgmlType::kQ4_1, 32, 20>(src, dst, count, fp16, stream);
       break;
     case GgmlType::kQ5_0:
-      launch<GgmlType::kQ5_0, 32, 22>(src, dst, count, stream);
+      launch<GgmlType::kQ5_0, 32, 22>(src, dst, count, fp16, stream);
       break;
     case GgmlType::kQ8_0:
-      launch<GgmlType::kQ8_0, 32, 34>(src, dst, count, stream);
+      launch<GgmlType::kQ8_0, 32, 34>(src, dst, count, fp16, stream);
       break;
     case GgmlType::kQ4_K:
-      launch<GgmlType::kQ4_K, 256, 144>(src, dst, count, stream);
+      launch<GgmlType::kQ4_K, 256, 144>(src, dst, count, fp16, stream);
       break;
     case GgmlType::kQ6_K:
-      launch<GgmlType::kQ6_K, 256, 210>(src, dst, count, stream);
+      launch<GgmlType::kQ6_K, 256, 210>(src, dst, count, fp16, stream);
       break;
     case GgmlType::kF16:
-      launch<GgmlType::kF16, 1, 2>(src, dst, count, stream);
+      launch<GgmlType::kF16, 1, 2>(src, dst, count, fp16, stream);
       break;
     case GgmlType::kF32:
-      launch<GgmlType::kF32, 1, 4>(src, dst, count, stream);
+      launch<GgmlType::kF32, 1, 4>(src, dst, count, fp16, stream);
       break;
     case GgmlType::kBF16:
-      copy_bf16_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
-          static_cast<const std::uint8_t*>(src), dst, count);
+      convert_bf16_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
+          static_cast<const std::uint8_t*>(src), dst, count, fp16);
       break;
   }
-  check_launch("dequantize_to_bf16");
+  check_launch("dequantize");
 }
 
 }  // namespace skipsoftmax::engine

@@ -1,13 +1,13 @@
 // The engine's per-layer kernels besides attention and the matrix products (ops.h). Activations
 // between the matrix products stay in fp32; what feeds a matrix product or the attention kernels
-// is rounded to bf16 once, here.
-#include <cuda_bf16.h>
+// is rounded to the engine's 16-bit type (bf16 or fp16) once, here.
 
 #include <cfloat>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
+#include "bits16.cuh"
 #include "launch_check.cuh"
 #include "ops.h"
 
@@ -23,9 +23,6 @@ constexpr std::int64_t kMaxBlocks = 1 << 16;
 // sqrt(2 / pi), the constant of GELU's tanh approximation.
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
-
-__device__ float from_bf16(bf16_bits b) { return __bfloat162float(__ushort_as_bfloat16(b)); }
-__device__ bf16_bits to_bf16(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 
 // Sum over the block (any multiple of 32 threads up to 1024); every thread gets the result.
 __device__ float block_sum(float v) {
@@ -68,20 +65,20 @@ __device__ float inv_rms(const float* x, int n, float eps) {
   return 1.f / sqrtf(block_sum(ss) / static_cast<float>(n) + eps);
 }
 
-__global__ void embed_kernel(const std::int32_t* tokens, const bf16_bits* table, int hidden,
-                             float scale, float* x) {
-  const bf16_bits* row = table + static_cast<std::int64_t>(tokens[blockIdx.x]) * hidden;
+__global__ void embed_kernel(const std::int32_t* tokens, const bits16* table, int hidden,
+                             float scale, float* x, bool fp16) {
+  const bits16* row = table + static_cast<std::int64_t>(tokens[blockIdx.x]) * hidden;
   float* out = x + static_cast<std::int64_t>(blockIdx.x) * hidden;
-  for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = from_bf16(row[i]) * scale;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = from_bits16(row[i], fp16) * scale;
 }
 
 __global__ void rms_norm_kernel(const float* x, const std::int32_t* rows, int hidden,
-                                const float* w, float eps, bf16_bits* y) {
+                                const float* w, float eps, bits16* y, bool fp16) {
   const int r = rows ? rows[blockIdx.x] : static_cast<int>(blockIdx.x);
   const float* in = x + static_cast<std::int64_t>(r) * hidden;
-  bf16_bits* out = y + static_cast<std::int64_t>(blockIdx.x) * hidden;
+  bits16* out = y + static_cast<std::int64_t>(blockIdx.x) * hidden;
   const float inv = inv_rms(in, hidden, eps);
-  for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = to_bf16(in[i] * inv * w[i]);
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = to_bits16(in[i] * inv * w[i], fp16);
 }
 
 __global__ void add_rms_norm_kernel(const float* y, int hidden, const float* w, float eps,
@@ -117,16 +114,17 @@ __global__ void qkv_rope_kernel(QkvArgs a) {
     x1 = r1;
   }
   const int kv_head = is_q ? 0 : (is_k ? head - a.heads_q : head - a.heads_q - a.heads_kv);
-  bf16_bits* out =
+  bits16* out =
       is_q ? a.q + (static_cast<std::int64_t>(t) * a.heads_q + head) * d
            : (is_k ? a.k : a.v) + (static_cast<std::int64_t>(t) * a.heads_kv + kv_head) * d;
-  const bf16_bits b0 = to_bf16(x0), b1 = to_bf16(x1);
+  const bool fp16 = a.dtype == DType::kF16;
+  const bits16 b0 = to_bits16(x0, fp16), b1 = to_bits16(x1, fp16);
   out[lo] = b0;
   out[hi] = b1;
   if (!is_q && a.k_pages) {
     const std::int64_t page =
         a.page_table[static_cast<std::int64_t>(a.seq_row[t]) * a.max_pages + pos / a.page_size];
-    bf16_bits* cache = (is_k ? a.k_pages : a.v_pages) +
+    bits16* cache = (is_k ? a.k_pages : a.v_pages) +
                        ((page * a.page_size + pos % a.page_size) * a.heads_kv + kv_head) * d;
     cache[lo] = b0;
     cache[hi] = b1;
@@ -134,7 +132,7 @@ __global__ void qkv_rope_kernel(QkvArgs a) {
 }
 
 __global__ void gated_activation_kernel(const float* gate_up, int num_tokens, int ffn,
-                                        Activation act, bf16_bits* h) {
+                                        Activation act, bits16* h, bool fp16) {
   const std::int64_t n = static_cast<std::int64_t>(num_tokens) * ffn;
   for (std::int64_t idx = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; idx < n;
        idx += std::int64_t{gridDim.x} * blockDim.x) {
@@ -143,7 +141,7 @@ __global__ void gated_activation_kernel(const float* gate_up, int num_tokens, in
     const float a = act == Activation::kSilu
                         ? g / (1.f + expf(-g))
                         : 0.5f * g * (1.f + tanhf(kSqrt2OverPi * (g + kGeluCubic * g * g * g)));
-    h[idx] = to_bf16(a * u);
+    h[idx] = to_bits16(a * u, fp16);
   }
 }
 
@@ -213,17 +211,19 @@ int grid_for(std::int64_t n) {
 
 }  // namespace
 
-void embed_tokens(const std::int32_t* tokens, int num_tokens, const bf16_bits* table, int hidden,
-                  float scale, float* x, cudaStream_t stream) {
+void embed_tokens(const std::int32_t* tokens, int num_tokens, const bits16* table, int hidden,
+                  float scale, float* x, cudaStream_t stream, DType dtype) {
   if (num_tokens == 0) return;
-  embed_kernel<<<num_tokens, kNormThreads, 0, stream>>>(tokens, table, hidden, scale, x);
+  embed_kernel<<<num_tokens, kNormThreads, 0, stream>>>(tokens, table, hidden, scale, x,
+                                                       dtype == DType::kF16);
   check_launch("embed_tokens");
 }
 
 void rms_norm(const float* x, const std::int32_t* rows, int num_rows, int hidden, const float* w,
-              float eps, bf16_bits* y, cudaStream_t stream) {
+              float eps, bits16* y, cudaStream_t stream, DType dtype) {
   if (num_rows == 0) return;
-  rms_norm_kernel<<<num_rows, kNormThreads, 0, stream>>>(x, rows, hidden, w, eps, y);
+  rms_norm_kernel<<<num_rows, kNormThreads, 0, stream>>>(x, rows, hidden, w, eps, y,
+                                                          dtype == DType::kF16);
   check_launch("rms_norm");
 }
 
@@ -246,12 +246,13 @@ void qkv_rope_append(const QkvArgs& a, cudaStream_t stream) {
   check_launch("qkv_rope_append");
 }
 
-void gated_activation(const float* gate_up, int num_tokens, int ffn, Activation act, bf16_bits* h,
-                      cudaStream_t stream) {
+void gated_activation(const float* gate_up, int num_tokens, int ffn, Activation act, bits16* h,
+                      cudaStream_t stream, DType dtype) {
   const std::int64_t n = static_cast<std::int64_t>(num_tokens) * ffn;
   if (n == 0) return;
   gated_activation_kernel<<<grid_for(n), kElementwiseThreads, 0, stream>>>(gate_up, num_tokens, ffn,
-                                                                           act, h);
+                                                                           act, h,
+                                                                           dtype == DType::kF16);
   check_launch("gated_activation");
 }
 

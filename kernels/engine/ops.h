@@ -1,7 +1,8 @@
 // The engine's device operations besides attention and the matrix products: GGUF dequantization,
 // embeddings, RMSNorm, rotary embedding with the paged-cache append, gated activations, logit
-// soft-capping and greedy sampling. Host launchers over device pointers; bf16 tensors are passed
-// as their 16-bit patterns. Every launcher checks the launch and throws std::runtime_error.
+// soft-capping and greedy sampling. Host launchers over device pointers; 16-bit tensors are passed
+// as their bit patterns, bf16 or fp16 as `dtype` says (the engine's storage type). Every launcher
+// checks the launch and throws std::runtime_error.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,25 +10,26 @@
 #include <cstdint>
 
 #include "gguf.h"
+#include "skipsoftmax/prefill.h"
 
 namespace skipsoftmax::engine {
 
-using bf16_bits = std::uint16_t;
+using bits16 = std::uint16_t;  // a bf16 or fp16 value
 
-// dst[i] = bf16(value i of the ggml tensor at src): the CPU dequantizer's float arithmetic
-// (gguf.cpp, no fused multiply-adds), rounded to nearest even. count is a multiple of the type's
-// block.
-void dequantize_to_bf16(gguf::GgmlType type, const void* src, bf16_bits* dst, std::int64_t count,
-                        cudaStream_t stream);
+// dst[i] = value i of the ggml tensor at src, computed with the CPU dequantizer's float arithmetic
+// (gguf.cpp, no fused multiply-adds) and rounded to nearest even in `dtype`. count is a multiple
+// of the type's block.
+void dequantize(gguf::GgmlType type, const void* src, bits16* dst, std::int64_t count,
+                cudaStream_t stream, DType dtype = DType::kBF16);
 
-// x[t, :] = table[tokens[t], :] * scale. table: [vocab, hidden] bf16; x: [tokens, hidden] fp32.
-void embed_tokens(const std::int32_t* tokens, int num_tokens, const bf16_bits* table, int hidden,
-                  float scale, float* x, cudaStream_t stream);
+// x[t, :] = table[tokens[t], :] * scale. table: [vocab, hidden] 16-bit; x: [tokens, hidden] fp32.
+void embed_tokens(const std::int32_t* tokens, int num_tokens, const bits16* table, int hidden,
+                  float scale, float* x, cudaStream_t stream, DType dtype = DType::kBF16);
 
 // y[i, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w, r = rows ? rows[i] : i.
-// x: [*, hidden] fp32; w: [hidden] fp32; y: [num_rows, hidden] bf16.
+// x: [*, hidden] fp32; w: [hidden] fp32; y: [num_rows, hidden] 16-bit.
 void rms_norm(const float* x, const std::int32_t* rows, int num_rows, int hidden, const float* w,
-              float eps, bf16_bits* y, cudaStream_t stream);
+              float eps, bits16* y, cudaStream_t stream, DType dtype = DType::kBF16);
 
 // x += y / sqrt(mean(y^2) + eps) * w, row by row (Gemma's post-attention and post-MLP norms).
 // x, y: [num_rows, hidden] fp32.
@@ -53,13 +55,14 @@ struct QkvArgs {
   float eps = 0.f;
   RopePairs pairs = RopePairs::kAdjacent;
   float rope_base = 10000.f;  // theta_i = position * rope_base^(-2i / head_dim)
-  bf16_bits* q = nullptr;     // [tokens, heads_q, head_dim]
-  bf16_bits* k = nullptr;     // [tokens, heads_kv, head_dim]
-  bf16_bits* v = nullptr;     // [tokens, heads_kv, head_dim]
+  DType dtype = DType::kBF16;  // of q, k, v and the cache
+  bits16* q = nullptr;         // [tokens, heads_q, head_dim]
+  bits16* k = nullptr;         // [tokens, heads_kv, head_dim]
+  bits16* v = nullptr;         // [tokens, heads_kv, head_dim]
   // The cache (paged_kv.h layout): token t goes to page page_table[seq_row[t] * max_pages +
   // positions[t] / page_size], slot positions[t] % page_size.
-  bf16_bits* k_pages = nullptr;  // [pages, page_size, heads_kv, head_dim]
-  bf16_bits* v_pages = nullptr;
+  bits16* k_pages = nullptr;  // [pages, page_size, heads_kv, head_dim]
+  bits16* v_pages = nullptr;
   const std::int32_t* page_table = nullptr;  // [rows, max_pages]
   const std::int32_t* seq_row = nullptr;     // [tokens]
   int max_pages = 0;
@@ -70,9 +73,9 @@ void qkv_rope_append(const QkvArgs& args, cudaStream_t stream);
 enum class Activation { kSilu, kGeluTanh };
 
 // h[t, i] = act(gate_up[t, i]) * gate_up[t, ffn + i]. gate_up: [tokens, 2 ffn] fp32 (the gate
-// projection's outputs, then the up projection's); h: [tokens, ffn] bf16.
-void gated_activation(const float* gate_up, int num_tokens, int ffn, Activation act, bf16_bits* h,
-                      cudaStream_t stream);
+// projection's outputs, then the up projection's); h: [tokens, ffn] 16-bit.
+void gated_activation(const float* gate_up, int num_tokens, int ffn, Activation act, bits16* h,
+                      cudaStream_t stream, DType dtype = DType::kBF16);
 
 // x = cap * tanh(x / cap) over n values.
 void soft_cap(float* x, std::int64_t n, float cap, cudaStream_t stream);

@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "bf16.h"
+#include "bits16.h"
 #include "device.h"
 #include "ops.h"
 #include "skipsoftmax/decode.h"
@@ -20,7 +20,7 @@
 
 namespace skipsoftmax {
 
-using engine::bf16_bits;
+using engine::bits16;
 using engine::check_cuda;
 using engine::DeviceBuffer;
 using engine::ensure_bytes;
@@ -73,9 +73,9 @@ struct StepMeta {
   bool history = false;  // some part starts after cached tokens
 };
 
-std::vector<float> widen(const std::vector<std::uint16_t>& bits) {
+std::vector<float> widen(const std::vector<std::uint16_t>& bits, DType dtype) {
   std::vector<float> out(bits.size());
-  for (std::size_t i = 0; i < bits.size(); ++i) out[i] = bf16_to_float(bits[i]);
+  for (std::size_t i = 0; i < bits.size(); ++i) out[i] = from_bits(bits[i], dtype);
   return out;
 }
 
@@ -92,7 +92,7 @@ struct Engine::Impl {
   float embed_scale = 1.f;
   float logit_cap = 0.f;  // 0: none
 
-  // The KV cache of the current batch: [layers][pages, page_size, heads_kv, head_dim] bf16.
+  // The KV cache of the current batch: [layers][pages, page_size, heads_kv, head_dim] 16-bit.
   DeviceBuffer k_cache, v_cache;
   std::int64_t num_pages = 0;
   std::vector<std::vector<std::int32_t>> seq_pages;  // the pages of each sequence, in order
@@ -100,13 +100,13 @@ struct Engine::Impl {
   // Step buffers, grown to the largest step (sizes in the comments, T tokens, B parts).
   DeviceBuffer meta;     // StepMeta::host
   DeviceBuffer x;        // [T, hidden] fp32, the residual stream
-  DeviceBuffer xn;       // [T, hidden] bf16, normalized
+  DeviceBuffer xn;       // [T, hidden] 16-bit, normalized
   DeviceBuffer qkv;      // [T, (heads_q + 2 heads_kv) head_dim] fp32
-  DeviceBuffer q, k, v;  // [T, heads, head_dim] bf16
-  DeviceBuffer attn;     // [T, heads_q head_dim] bf16
+  DeviceBuffer q, k, v;  // [T, heads, head_dim] 16-bit
+  DeviceBuffer attn;     // [T, heads_q head_dim] 16-bit
   DeviceBuffer proj;     // [T, hidden] fp32 (Gemma's post-norms)
   DeviceBuffer gate_up;  // [T, 2 ffn] fp32
-  DeviceBuffer act;      // [T, ffn] bf16
+  DeviceBuffer act;      // [T, ffn] 16-bit
   DeviceBuffer logits;   // [rows, vocab] fp32
   DeviceBuffer next;     // [B] int32
   DeviceBuffer stats;    // [B][2] u64
@@ -128,8 +128,8 @@ struct Engine::Impl {
   std::int64_t layer_cache_elems() const {
     return num_pages * options.page_size * config.heads_kv * config.head_dim;
   }
-  bf16_bits* k_layer(int l) const { return k_cache.as<bf16_bits>() + l * layer_cache_elems(); }
-  bf16_bits* v_layer(int l) const { return v_cache.as<bf16_bits>() + l * layer_cache_elems(); }
+  bits16* k_layer(int l) const { return k_cache.as<bits16>() + l * layer_cache_elems(); }
+  bits16* v_layer(int l) const { return v_cache.as<bits16>() + l * layer_cache_elems(); }
   const std::int32_t* meta_at(std::size_t offset) const { return meta.as<std::int32_t>() + offset; }
 
   void allocate_cache(const std::vector<std::int64_t>& capacity);
@@ -199,7 +199,7 @@ Engine::Impl::Impl(const gguf::File& file, const ModelConfig& c, const EngineOpt
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   check_cublas(cublasCreate(&cublas), "cublasCreate");
   check_cublas(cublasSetStream(cublas, stream), "cublasSetStream");
-  weights = engine::load_weights(file, c, &memory, stream);
+  weights = engine::load_weights(file, c, o.dtype, &memory, stream);
 }
 
 Engine::Impl::~Impl() {
@@ -291,9 +291,10 @@ void Engine::Impl::linear(const void* in, int rows, int in_features, const void*
   // Column-major view: Y^T [out, rows] = W [out, in] . X^T [in, rows]; W row-major [out, in] is
   // column-major [in, out], hence the transpose.
   const float alpha = 1.f;
+  const cudaDataType_t type = options.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
   check_cublas(
       cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, &alpha, w,
-                   CUDA_R_16BF, in_features, in, CUDA_R_16BF, in_features, &beta, y, CUDA_R_32F,
+                   type, in_features, in, type, in_features, &beta, y, CUDA_R_32F,
                    out_features, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
       "cublasGemmEx");
 }
@@ -325,7 +326,7 @@ void Engine::Impl::attention(int l, const StepMeta& m, StepKind kind) {
   // prefill kernels.
   if (kind == StepKind::kDecode) {
     DecodeArguments a;
-    a.dtype = DType::kBF16;
+    a.dtype = options.dtype;
     a.head_dim = config.head_dim;
     a.q = q.as();
     a.out = attn.as();
@@ -343,7 +344,7 @@ void Engine::Impl::attention(int l, const StepMeta& m, StepKind kind) {
     run_decode(a, decode_workspace.as(), stream);
   } else {
     PrefillArguments a;
-    a.dtype = DType::kBF16;
+    a.dtype = options.dtype;
     a.head_dim = config.head_dim;
     a.q = q.as();
     a.out = attn.as();
@@ -386,7 +387,7 @@ void Engine::Impl::layer(int l, const StepMeta& m, StepKind kind) {
   const int qkv_width = (config.heads_q + 2 * config.heads_kv) * config.head_dim;
   const auto eps = static_cast<float>(config.rms_eps);
   engine::rms_norm(x.as<float>(), nullptr, t, hidden, w.attn_norm.as<float>(), eps,
-                   xn.as<bf16_bits>(), stream);
+                   xn.as<bits16>(), stream, options.dtype);
   linear(xn.as(), t, hidden, w.qkv.as(), qkv_width, qkv.as<float>(), 0.f);
 
   engine::QkvArgs a;
@@ -401,9 +402,10 @@ void Engine::Impl::layer(int l, const StepMeta& m, StepKind kind) {
   a.eps = eps;
   a.pairs = gemma ? engine::RopePairs::kHalves : engine::RopePairs::kAdjacent;
   a.rope_base = static_cast<float>(config.is_local(l) ? config.rope_base_local : config.rope_base);
-  a.q = q.as<bf16_bits>();
-  a.k = k.as<bf16_bits>();
-  a.v = v.as<bf16_bits>();
+  a.dtype = options.dtype;
+  a.q = q.as<bits16>();
+  a.k = k.as<bits16>();
+  a.v = v.as<bits16>();
   a.k_pages = k_layer(l);
   a.v_pages = v_layer(l);
   a.page_table = meta_at(m.page_table);
@@ -421,12 +423,12 @@ void Engine::Impl::layer(int l, const StepMeta& m, StepKind kind) {
   } else {
     linear(attn.as(), t, q_width, w.o.as(), hidden, residual, 1.f);
   }
-  engine::rms_norm(residual, nullptr, t, hidden, w.ffn_norm.as<float>(), eps, xn.as<bf16_bits>(),
-                   stream);
+  engine::rms_norm(residual, nullptr, t, hidden, w.ffn_norm.as<float>(), eps, xn.as<bits16>(),
+                   stream, options.dtype);
   linear(xn.as(), t, hidden, w.gate_up.as(), 2 * ffn, gate_up.as<float>(), 0.f);
   engine::gated_activation(gate_up.as<float>(), t, ffn,
                            gemma ? engine::Activation::kGeluTanh : engine::Activation::kSilu,
-                           act.as<bf16_bits>(), stream);
+                           act.as<bits16>(), stream, options.dtype);
   if (gemma) {
     linear(act.as(), t, ffn, w.down.as(), hidden, proj.as<float>(), 0.f);
     engine::add_rms_norm(proj.as<float>(), t, hidden, w.post_ffn_norm.as<float>(), eps, residual,
@@ -444,7 +446,7 @@ void Engine::Impl::logit_chunks(const std::int32_t* rows, int first, int n, Cons
     const float* source = rows ? x.as<float>() : x.as<float>() + std::int64_t{first + c} * hidden;
     engine::rms_norm(source, rows ? rows + c : nullptr, count, hidden,
                      weights.output_norm.as<float>(), static_cast<float>(config.rms_eps),
-                     xn.as<bf16_bits>(), stream);
+                     xn.as<bits16>(), stream, options.dtype);
     linear(xn.as(), count, hidden, weights.lm_head_or_embed(), config.vocab, logits.as<float>(),
            0.f);
     if (logit_cap > 0.f) {
@@ -467,8 +469,8 @@ StepOut Engine::Impl::run_step(const std::vector<Part>& parts,
   out.k.resize(capture_layers.size());
   out.v.resize(capture_layers.size());
   const int t = m.num_tokens;
-  engine::embed_tokens(meta_at(m.tokens), t, weights.embed.as<bf16_bits>(), config.hidden,
-                       embed_scale, x.as<float>(), stream);
+  engine::embed_tokens(meta_at(m.tokens), t, weights.embed.as<bits16>(), config.hidden,
+                       embed_scale, x.as<float>(), stream, options.dtype);
   const std::size_t q_elems = std::size_t(t) * config.heads_q * config.head_dim;
   const std::size_t kv_elems = std::size_t(t) * config.heads_kv * config.head_dim;
   for (int l = 0; l < config.layers; ++l) {
@@ -476,9 +478,9 @@ StepOut Engine::Impl::run_step(const std::vector<Part>& parts,
     for (std::size_t c = 0; c < capture_layers.size(); ++c) {
       if (capture_layers[c] != l) continue;
       // q, k and v still hold this layer's post-RoPE values: the buffers are reused per layer.
-      out.q[c] = widen(engine::download<std::uint16_t>(q.as(), q_elems, stream));
-      out.k[c] = widen(engine::download<std::uint16_t>(k.as(), kv_elems, stream));
-      out.v[c] = widen(engine::download<std::uint16_t>(v.as(), kv_elems, stream));
+      out.q[c] = widen(engine::download<std::uint16_t>(q.as(), q_elems, stream), options.dtype);
+      out.k[c] = widen(engine::download<std::uint16_t>(k.as(), kv_elems, stream), options.dtype);
+      out.v[c] = widen(engine::download<std::uint16_t>(v.as(), kv_elems, stream), options.dtype);
     }
   }
   const std::size_t vocab = static_cast<std::size_t>(config.vocab);

@@ -1,9 +1,9 @@
-// The GPU engine of the Llama family (SmolLM2) and Gemma 3: GGUF weights dequantized to bf16 at
-// load, cuBLAS projections (bf16 in, fp32 accumulate and out), the residual stream in fp32, a
-// paged KV cache, and attention through the library's kernels: run_prefill for prompts (dense or
-// skip by the dispatch rule, with the sliding window on Gemma's local layers) and run_decode for
-// generated tokens. Greedy decoding over a ragged batch, prompts prefilled whole or in chunks over
-// the cache.
+// The GPU engine of the Llama family (SmolLM2) and Gemma 3: GGUF weights dequantized to fp16 (or
+// bf16, EngineOptions::dtype) at load, cuBLAS projections (16-bit in, fp32 accumulate and out),
+// the residual stream in fp32, a paged KV cache, and attention through the library's kernels:
+// run_prefill for prompts (dense or skip by the dispatch rule, with the sliding window on Gemma's
+// local layers) and run_decode for generated tokens. Greedy decoding over a ragged batch, prompts
+// prefilled whole or in chunks over the cache.
 //
 // Per layer, in the GGUF's conventions (llama.cpp's graphs):
 //   h = rmsnorm(x) * w_attn;  q, k, v = h W_qkv^T
@@ -28,6 +28,7 @@
 #include "model_config.h"
 #include "model_ref.h"
 #include "skipsoftmax/config.h"
+#include "skipsoftmax/prefill.h"
 #include "skipsoftmax/threshold.h"
 
 namespace skipsoftmax {
@@ -37,6 +38,10 @@ struct EngineOptions {
   int prefill_chunk = 0;           // prompt tokens per sequence and prefill step; 0: all at once
   PerPhase<Threshold> thresholds;  // global layers; sliding-window layers always run dense
   bool time_attention = false;     // CUDA events around every attention launch
+  // The 16-bit type of the weights, the activations that feed matrix products and attention, and
+  // the KV cache. fp16 keeps 3 more mantissa bits than bf16 (the logits follow an fp32 reference
+  // more closely); bf16's range guards against activations beyond 65504.
+  DType dtype = DType::kF16;
 };
 
 struct GenerationRequest {

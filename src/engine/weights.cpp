@@ -22,8 +22,8 @@ bool has_tensor(const gguf::File& file, const std::string& name) {
 
 class Loader {
  public:
-  Loader(const gguf::File& file, MemoryCounter* counter, cudaStream_t stream)
-      : file_(file), counter_(counter), stream_(stream) {}
+  Loader(const gguf::File& file, DType dtype, MemoryCounter* counter, cudaStream_t stream)
+      : file_(file), dtype_(dtype), counter_(counter), stream_(stream) {}
 
   const gguf::TensorInfo& expect(const std::string& name, std::vector<std::int64_t> dims) const {
     const gguf::TensorInfo& t = file_.tensor(name);
@@ -36,15 +36,15 @@ class Loader {
   }
 
   // Dequantizes a GGUF matrix of `rows` x `cols` (dims {cols, rows}) into rows [row0, row0 + rows)
-  // of a bf16 matrix of `cols` columns.
+  // of a 16-bit matrix of `cols` columns.
   void matrix_into(const std::string& name, std::int64_t rows, std::int64_t cols, DeviceBuffer& dst,
                    std::int64_t row0) {
     const gguf::TensorInfo& t = expect(name, {cols, rows});
     const std::vector<std::uint8_t> raw = file_.read_bytes(t);
     ensure_bytes(staging_, raw.size(), nullptr);
     upload(raw, staging_.as(), stream_);
-    dequantize_to_bf16(t.type, staging_.as(), dst.as<bf16_bits>() + row0 * cols, rows * cols,
-                       stream_);
+    dequantize(t.type, staging_.as(), dst.as<bits16>() + row0 * cols, rows * cols, stream_,
+               dtype_);
     // raw and staging are reused by the next tensor: wait for this one.
     check_cuda(cudaStreamSynchronize(stream_), "dequantize");
   }
@@ -65,6 +65,7 @@ class Loader {
 
  private:
   const gguf::File& file_;
+  DType dtype_;
   MemoryCounter* counter_;
   cudaStream_t stream_;
   DeviceBuffer staging_;
@@ -72,9 +73,9 @@ class Loader {
 
 }  // namespace
 
-ModelWeights load_weights(const gguf::File& file, const ModelConfig& c, MemoryCounter* counter,
-                          cudaStream_t stream) {
-  Loader load(file, counter, stream);
+ModelWeights load_weights(const gguf::File& file, const ModelConfig& c, DType dtype,
+                          MemoryCounter* counter, cudaStream_t stream) {
+  Loader load(file, dtype, counter, stream);
   const std::int64_t hidden = c.hidden, ffn = c.ffn, d = c.head_dim;
   const std::int64_t q_rows = c.heads_q * d, kv_rows = c.heads_kv * d;
   const bool gemma = c.architecture == "gemma3";

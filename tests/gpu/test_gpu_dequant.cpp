@@ -1,6 +1,6 @@
 // GPU dequantization (kernels/engine/dequant.cu) against the CPU dequantizer of gguf.cpp: every
-// value equal after rounding to bf16, on random blocks of each type, on gguf-py's vectors and on
-// the real checkpoints' tensors. Skipped without a Hopper GPU.
+// value equal after rounding to bf16 and to fp16, on random blocks of each type, on gguf-py's
+// vectors and on the real checkpoints' tensors. Skipped without a Hopper GPU.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "bf16.h"
+#include "bits16.h"
 #include "file_io.h"
 #include "gguf.h"
 #include "gpu_harness.h"
@@ -27,22 +27,26 @@ using gguf::GgmlType;
 #define REQUIRE_HOPPER() \
   if (!hopper_gpu_available()) GTEST_SKIP() << "no Hopper GPU on this machine"
 
-// Dequantizes raw blocks on both sides; returns the number of values that differ.
+// Dequantizes raw blocks on both sides, to bf16 and to fp16; returns the number of values that
+// differ.
 std::size_t mismatches(GgmlType type, const std::vector<std::uint8_t>& raw, std::int64_t count,
                        const std::string& what) {
   std::vector<float> cpu(static_cast<std::size_t>(count));
   gguf::dequantize(type, raw.data(), cpu.data(), count);
   DeviceBuffer src(raw.size()), dst(static_cast<std::size_t>(count) * 2);
   src.upload(raw);
-  engine::dequantize_to_bf16(type, src.get(), static_cast<engine::bf16_bits*>(dst.get()), count,
-                             nullptr);
-  check(cudaDeviceSynchronize(), "dequantize");
-  const auto gpu = dst.download<std::uint16_t>(static_cast<std::size_t>(count));
   std::size_t bad = 0;
-  for (std::size_t i = 0; i < gpu.size(); ++i) {
-    if (gpu[i] != float_to_bf16(cpu[i]) && bad++ < 5) {
-      ADD_FAILURE() << what << " value " << i << ": gpu bf16 bits " << gpu[i] << ", cpu " << cpu[i]
-                    << " -> " << float_to_bf16(cpu[i]);
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    engine::dequantize(type, src.get(), static_cast<engine::bits16*>(dst.get()), count, nullptr,
+                       dtype);
+    check(cudaDeviceSynchronize(), "dequantize");
+    const auto gpu = dst.download<std::uint16_t>(static_cast<std::size_t>(count));
+    for (std::size_t i = 0; i < gpu.size(); ++i) {
+      if (gpu[i] != to_bits(cpu[i], dtype) && bad++ < 5) {
+        ADD_FAILURE() << what << " value " << i << ": gpu bits " << gpu[i] << ", cpu " << cpu[i]
+                      << " -> " << to_bits(cpu[i], dtype)
+                      << (dtype == DType::kF16 ? " (fp16)" : " (bf16)");
+      }
     }
   }
   return bad;

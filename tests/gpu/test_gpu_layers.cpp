@@ -15,7 +15,7 @@
 namespace skipsoftmax::gpu {
 namespace {
 
-using engine::bf16_bits;
+using engine::bits16;
 
 #define REQUIRE_HOPPER() \
   if (!hopper_gpu_available()) GTEST_SKIP() << "no Hopper GPU on this machine"
@@ -56,7 +56,7 @@ TEST(GpuLayers, EmbedScalesTheTableRows) {
   DeviceBuffer d_table = on_device(table), d_tokens = on_device(tokens);
   DeviceBuffer x(tokens.size() * hidden * 4);
   engine::embed_tokens(static_cast<const std::int32_t*>(d_tokens.get()), 4,
-                       static_cast<const bf16_bits*>(d_table.get()), hidden, 25.25f,
+                       static_cast<const bits16*>(d_table.get()), hidden, 25.25f,
                        static_cast<float*>(x.get()), nullptr);
   const auto got = x.download<float>(tokens.size() * hidden);
   for (std::size_t t = 0; t < tokens.size(); ++t) {
@@ -85,13 +85,13 @@ TEST(GpuLayers, RmsNormAndItsRowGather) {
     return e;
   };
   engine::rms_norm(static_cast<const float*>(dx.get()), nullptr, rows, hidden,
-                   static_cast<const float*>(dw.get()), eps, static_cast<bf16_bits*>(y.get()),
+                   static_cast<const float*>(dw.get()), eps, static_cast<bits16*>(y.get()),
                    nullptr);
   expect_bf16_near(y.download<std::uint16_t>(rows * hidden), expected({0, 1, 2, 3, 4, 5, 6}),
                    "rms_norm");
   engine::rms_norm(static_cast<const float*>(dx.get()), static_cast<const std::int32_t*>(dg.get()),
                    3, hidden, static_cast<const float*>(dw.get()), eps,
-                   static_cast<bf16_bits*>(y.get()), nullptr);
+                   static_cast<bits16*>(y.get()), nullptr);
   expect_bf16_near(y.download<std::uint16_t>(3 * hidden), expected({6, 0, 3}), "gathered");
 }
 
@@ -156,11 +156,11 @@ void check_qkv_rope(const RopeCase& c) {
   a.eps = eps;
   a.pairs = c.pairs;
   a.rope_base = base;
-  a.q = static_cast<bf16_bits*>(q.get());
-  a.k = static_cast<bf16_bits*>(k.get());
-  a.v = static_cast<bf16_bits*>(v.get());
-  a.k_pages = static_cast<bf16_bits*>(k_pages.get());
-  a.v_pages = static_cast<bf16_bits*>(v_pages.get());
+  a.q = static_cast<bits16*>(q.get());
+  a.k = static_cast<bits16*>(k.get());
+  a.v = static_cast<bits16*>(v.get());
+  a.k_pages = static_cast<bits16*>(k_pages.get());
+  a.v_pages = static_cast<bits16*>(v_pages.get());
   a.page_table = static_cast<const std::int32_t*>(d_table.get());
   a.seq_row = static_cast<const std::int32_t*>(d_row.get());
   a.max_pages = max_pages;
@@ -238,7 +238,7 @@ TEST(GpuLayers, GatedActivations) {
   DeviceBuffer d_gu = on_device(gu), h(std::size_t(tokens) * ffn * 2);
   for (auto act : {engine::Activation::kSilu, engine::Activation::kGeluTanh}) {
     engine::gated_activation(static_cast<const float*>(d_gu.get()), tokens, ffn, act,
-                             static_cast<bf16_bits*>(h.get()), nullptr);
+                             static_cast<bits16*>(h.get()), nullptr);
     std::vector<double> want;
     for (int t = 0; t < tokens; ++t) {
       for (int i = 0; i < ffn; ++i) {
