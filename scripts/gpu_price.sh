@@ -3,11 +3,13 @@
 # from binaries built on the development machine and unpacked under W: the GPU tests touched by the
 # evaluation path, then per model its calibration on the GPU and its price list. Logs and results
 # go to $OUT (a tarball per model, as $OUT takes few files).
-#   [CALIBRATE=0] [SAMPLES=N] [TEXTS=N] scripts/gpu_price.sh W tests|logits|smollm2|gemma3|hold
+#   [CALIBRATE=0] [SAMPLES=N] [TEXTS=N] scripts/gpu_price.sh W tests|logits|generate|smollm2|gemma3|hold
 # CALIBRATE=0 prices the checkpoint config as carried (already calibrated). `hold`: SmolLM2's
 # tile sparsity per length on held-out prompts, with its 75% tables and with a flat S (the 75%
 # table's first row at every length), for the sparsity-hold check of the calibration.
-# `logits`: both checkpoints against transformers on 2k tokens (scripts/check_logits.py; the gguf
+# `generate`: per model, a fixed prompt through the dense engine and a skip engine whose table
+# cannot skip (the texts must be identical), and 6k tokens of a book through the dense engine and
+# the calibrated 75% tiers (texts to read). `logits`: both checkpoints against transformers on 2k tokens (scripts/check_logits.py; the gguf
 # wheel under W/.whl). W holds .gpubin/ (tool, tests, ICU), .stage/corpora/, .stage/ck/<model>.json (the checkpoint
 # configs) and models/*.gguf.
 set -uo pipefail
@@ -46,6 +48,47 @@ case $step in
       PYTHONPATH=/tmp/site timeout -s KILL 300 python3 scripts/check_logits.py \
         --tool "$bin/skipsoftmax" --model-dir "$ck" --text tests/data/engine_text.txt \
         --tokens 2000 --out "$out/check_logits_$m.json" 2>&1 | tail -4
+    done
+    ;;
+  generate)
+    for m in smollm2 gemma3; do
+      gguf=$smol
+      [[ $m == gemma3 ]] && gguf=$gemma
+      ck=$(checkpoint "$m" "$gguf")
+      eng=$HOME/generate/$m && rm -rf "$eng" && mkdir -p "$eng"
+      echo '[[100000, 1000.0]]' > "$eng/far_table.json"
+      "$bin/skipsoftmax" export "$ck" "$eng/dense" --skip-softmax-prefill-scale-table none \
+        --skip-softmax-decode-scale-table none > /dev/null
+      "$bin/skipsoftmax" export "$ck" "$eng/far" --skip-softmax-prefill-scale-table \
+        "$eng/far_table.json" --skip-softmax-decode-scale-table "$eng/far_table.json" > /dev/null
+      "$bin/skipsoftmax" export "$ck" "$eng/tier75" --prefill-target-sparsity 75% \
+        --decode-target-sparsity 75% > /dev/null
+      python3 - "$eng" "$w/.stage/corpora/austen_4_pride_and_prejudice.txt" <<'PY'
+import json, sys
+eng, book = sys.argv[1], open(sys.argv[2]).read()
+json.dump([{"prompt": "The three most important things to remember when learning to cook are",
+            "max_new_tokens": 64, "id": "cook"}], open(eng + "/short.json", "w"))
+start = book.index("It is a truth universally acknowledged")
+json.dump([{"prompt": book[start:start + 24000], "max_new_tokens": 48, "id": "book"}],
+          open(eng + "/long.json", "w"))
+PY
+      for run in dense:short far:short dense:long tier75:long; do
+        e=${run%%:*} in=${run##*:}
+        "$bin/skipsoftmax" run --engine-dir "$eng/$e" --input-file "$eng/$in.json" \
+          --output-file "$out/generate_${m}_${e}_$in.json" > /dev/null
+      done
+      python3 - "$out" "$m" <<'PY'
+import json, sys
+out, m = sys.argv[1:]
+r = {k: json.load(open(f"{out}/generate_{m}_{k}.json"))["requests"][0]
+     for k in ("dense_short", "far_short", "dense_long", "tier75_long")}
+print(m, "short, dense == far-table skip tokens:", r["dense_short"]["token_ids"] == r["far_short"]["token_ids"])
+print(m, "short:", repr(r["dense_short"]["text"])[:300])
+print(m, "long prompt tokens:", r["dense_long"]["prompt_tokens"], "tiles skipped (prefill, decode):",
+      r["tier75_long"]["attention_tiles"]["prefill"], r["tier75_long"]["attention_tiles"]["decode"])
+print(m, "long, dense:", repr(r["dense_long"]["text"])[:300])
+print(m, "long, 75%:  ", repr(r["tier75_long"]["text"])[:300])
+PY
     done
     ;;
   smollm2 | gemma3)
