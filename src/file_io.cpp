@@ -58,4 +58,13 @@ void write_json_file(const fs::path& path, const nlohmann::json& value) {
   write_file_atomic(path, [&](std::ostream& out) { out << value.dump(2) << '\n'; });
 }
 
+void check_output_file(const fs::path& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw std::invalid_argument(path.string() + ": is a directory");
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec)) {
+    throw std::invalid_argument(path.string() + ": directory " + dir.string() + " does not exist");
+  }
+}
+
 }  // namespace skipsoftmax

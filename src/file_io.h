@@ -39,4 +39,8 @@ void write_file_atomic(const std::filesystem::path& path,
 // JSON with 2-space indentation and a trailing newline, written atomically.
 void write_json_file(const std::filesystem::path& path, const nlohmann::json& value);
 
+// Checks, before any work, that an output file can go to `path`: throws std::invalid_argument
+// ("<path>: is a directory", "<path>: directory D does not exist") otherwise.
+void check_output_file(const std::filesystem::path& path);
+
 }  // namespace skipsoftmax

@@ -236,6 +236,13 @@ class CliEvaluate : public CliRun {
     EXPECT_FALSE(fs::exists(results()));
     EXPECT_FALSE(fs::exists(dir_ / "work" / "price.json"));
   }
+  // Fails with `message` on stderr and writes no results.
+  void fails(const std::string& args, const std::string& message) const {
+    const ToolRun r = run(args);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\nstderr: " << r.err;
+    expect_no_results();
+  }
 };
 
 TEST_F(CliEvaluate, ValidEvaluationReachesTheEngine) {
@@ -248,12 +255,6 @@ TEST_F(CliEvaluate, ValidEvaluationReachesTheEngine) {
 }
 
 TEST_F(CliEvaluate, EvaluateErrors) {
-  const auto fails = [&](const std::string& args, const std::string& message) {
-    const ToolRun r = run(args);
-    EXPECT_NE(r.code, 0) << args;
-    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\nstderr: " << r.err;
-    expect_no_results();
-  };
   fails(evaluate_args(""), "--max-context is required");
   fails(evaluate_args("--max-context 2048 --arm all"), "unknown arm 'all'");
   fails(evaluate_args("--max-context 2048 --max-drop 0.05"),
@@ -279,12 +280,6 @@ TEST_F(CliEvaluate, EvaluateErrors) {
 }
 
 TEST_F(CliEvaluate, PriceErrors) {
-  const auto fails = [&](const std::string& args, const std::string& message) {
-    const ToolRun r = run(args);
-    EXPECT_NE(r.code, 0) << args;
-    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\nstderr: " << r.err;
-    expect_no_results();
-  };
   fails(price_args("--lengths 1024"), "--accuracy-lengths is required");
   fails(price_args("--lengths 1024 2048 --accuracy-lengths 4096"),
         "--accuracy-lengths: 4096 is not one of --lengths");

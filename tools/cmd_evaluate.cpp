@@ -51,15 +51,6 @@ struct EvaluateArgs {
 
 fs::path same_dir(const fs::path& p) { return fs::weakly_canonical(fs::absolute(p)); }
 
-void check_output_path(const fs::path& path, const std::string& flag) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) fail(flag + " " + path.string() + ": is a directory");
-  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  if (!fs::is_directory(dir, ec)) {
-    fail(flag + " " + path.string() + ": directory " + dir.string() + " does not exist");
-  }
-}
-
 void evaluate(const EvaluateArgs& a) {
   // Flags that need no file.
   const EvalArm arm = parse_eval_arm(a.arm);
@@ -90,7 +81,7 @@ void evaluate(const EvaluateArgs& a) {
       settings.lengths.push_back(l);
     }
   }
-  if (!a.save_results.empty()) check_output_path(a.save_results, "--save-results");
+  if (!a.save_results.empty()) check_output_file(a.save_results);
 
   // The engine, its checkpoint and the arm's thresholds.
   const EngineConfig config = load_engine_config(a.engine_dir);

@@ -359,28 +359,44 @@ TEST_P(GpuEngine, TargetLogprobsMatchTheLogits) {
 INSTANTIATE_TEST_SUITE_P(Checkpoints, GpuEngine, ::testing::ValuesIn(kCheckpoints),
                          [](const auto& p) { return std::string(p.param.name); });
 
+// The tool as a user runs it on SmolLM2: a checkpoint directory (the GGUF linked, config.json) in
+// a fresh directory per test.
+class GpuEngineTool : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!hopper_gpu_available()) GTEST_SKIP() << "no Hopper GPU on this machine";
+    const char* path = std::getenv("SKIPSOFTMAX_SMOLLM2_GGUF");
+    if (!path || !fs::exists(path)) GTEST_SKIP() << "SKIPSOFTMAX_SMOLLM2_GGUF not set";
+    dir_ = fs::temp_directory_path() / ("skipsoftmax_tool_" + std::to_string(getpid()));
+    fs::create_directories(ckpt());
+    fs::create_symlink(fs::absolute(path), ckpt() / "model.gguf");
+    write_config("{}");
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+  fs::path ckpt() const { return dir_ / "ckpt"; }
+  void write_config(const std::string& text) const { std::ofstream(ckpt() / "config.json") << text; }
+  // The tool's exit status (output discarded).
+  int tool(const std::string& args) const {
+    const fs::path exe =
+        fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "skipsoftmax";
+    const int status = std::system((exe.string() + " " + args + " > /dev/null 2>&1").c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  fs::path dir_;
+};
+
 // skipsoftmax export + run on SmolLM2, as a user runs them, then the engine config edited.
-TEST(GpuEngineTool, ExportRunAndRetarget) {
-  if (!hopper_gpu_available()) GTEST_SKIP() << "no Hopper GPU on this machine";
-  const char* path = std::getenv("SKIPSOFTMAX_SMOLLM2_GGUF");
-  if (!path || !fs::exists(path)) GTEST_SKIP() << "SKIPSOFTMAX_SMOLLM2_GGUF not set";
-  const fs::path dir =
-      fs::temp_directory_path() / ("skipsoftmax_engine_" + std::to_string(getpid()));
-  fs::create_directories(dir / "ckpt");
-  fs::create_symlink(fs::absolute(path), dir / "ckpt" / "model.gguf");
-  std::ofstream(dir / "ckpt" / "config.json") << "{}";
+TEST_F(GpuEngineTool, ExportRunAndRetarget) {
+  const fs::path& dir = dir_;
   std::ofstream(dir / "in.json")
       << R"(["The capital of France is", {"prompt": "Once upon a time", "max_new_tokens": 5,
                                            "id": "story"}])";
-  const fs::path tool =
-      fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "skipsoftmax";
-  const auto sh = [&](const std::string& args) {
-    return std::system((tool.string() + " " + args + " > /dev/null 2>&1").c_str());
-  };
-  ASSERT_EQ(sh("export " + (dir / "ckpt").string() + " " + (dir / "engine").string()), 0);
+  ASSERT_EQ(tool("export " + ckpt().string() + " " + (dir / "engine").string()), 0);
   const std::string run = "run --engine-dir " + (dir / "engine").string() + " --input-file " +
                           (dir / "in.json").string() + " --max-new-tokens 8 --output-file ";
-  ASSERT_EQ(sh(run + (dir / "dense.json").string() + " --time-attention"), 0);
+  ASSERT_EQ(tool(run + (dir / "dense.json").string() + " --time-attention"), 0);
   const json out = read_json_file(dir / "dense.json");
   ASSERT_EQ(out.at("requests").size(), 2u);
   EXPECT_EQ(out.at("requests")[0].at("generated_tokens"), 8);
@@ -395,37 +411,24 @@ TEST(GpuEngineTool, ExportRunAndRetarget) {
   json config = read_json_file(dir / "engine" / "config.json");
   config["skip_softmax_decode_threshold"] = 0.5;
   std::ofstream(dir / "engine" / "config.json") << config.dump();
-  ASSERT_EQ(sh(run + (dir / "skip.json").string()), 0);
+  ASSERT_EQ(tool(run + (dir / "skip.json").string()), 0);
   const json skip = read_json_file(dir / "skip.json");
   EXPECT_EQ(skip.at("thresholds").at("decode"), Threshold::flat(0.5).describe());
   EXPECT_GT(skip.at("requests")[0].at("attention_tiles").at("decode").at("visited").get<int>(), 0);
-  fs::remove_all(dir);
 }
 
 // skipsoftmax evaluate on SmolLM2: a dense baseline, the same engine gated against it (drop 0:
 // passes), and an engine skipping at a flat lambda of 0.5 (every tile whose scores sit 0.7 below
 // the running maximum) gated with no slack: its perplexity rises, so the gate fails with exit 2.
-TEST(GpuEngineTool, EvaluateAndGate) {
-  if (!hopper_gpu_available()) GTEST_SKIP() << "no Hopper GPU on this machine";
-  const char* path = std::getenv("SKIPSOFTMAX_SMOLLM2_GGUF");
-  if (!path || !fs::exists(path)) GTEST_SKIP() << "SKIPSOFTMAX_SMOLLM2_GGUF not set";
-  const fs::path dir = fs::temp_directory_path() / ("skipsoftmax_eval_" + std::to_string(getpid()));
-  fs::create_directories(dir / "ckpt");
-  fs::create_symlink(fs::absolute(path), dir / "ckpt" / "model.gguf");
-  std::ofstream(dir / "ckpt" / "config.json") << "{}";
-  const fs::path tool =
-      fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "skipsoftmax";
-  const auto sh = [&](const std::string& args) {
-    const int status = std::system((tool.string() + " " + args + " > /dev/null 2>&1").c_str());
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  };
-  const std::string ckpt = (dir / "ckpt").string();
-  ASSERT_EQ(sh("export " + ckpt + " " + (dir / "dense").string()), 0);
-  ASSERT_EQ(sh("export " + ckpt + " " + (dir / "flat").string() +
+TEST_F(GpuEngineTool, EvaluateAndGate) {
+  const fs::path& dir = dir_;
+  const std::string model_dir = ckpt().string();
+  ASSERT_EQ(tool("export " + model_dir + " " + (dir / "dense").string()), 0);
+  ASSERT_EQ(tool("export " + model_dir + " " + (dir / "flat").string() +
                " --skip-softmax-prefill-threshold 0.5 --skip-softmax-decode-threshold 0.5"),
             0);
   const auto evaluate = [&](const std::string& engine, const std::string& extra) {
-    return sh("evaluate --model-dir " + ckpt + " --engine-dir " + (dir / engine).string() +
+    return tool("evaluate --model-dir " + model_dir + " --engine-dir " + (dir / engine).string() +
               " --max-context 2048 --lengths 1024 2048 --samples 2 --text-windows 1 " + extra);
   };
   ASSERT_EQ(evaluate("dense", "--save-results " + (dir / "dense.json").string()), 0);
@@ -452,20 +455,14 @@ TEST(GpuEngineTool, EvaluateAndGate) {
   EXPECT_EQ(decode.results[1].tiles.prefill.visited, 0u);
   EXPECT_GT(decode.results[1].tiles.decode.visited, 0u);
   EXPECT_DOUBLE_EQ(decode.results[1].perplexity, dense.results[1].perplexity);
-  fs::remove_all(dir);
 }
 
 // skipsoftmax price on SmolLM2 with a hand-written ladder: price.json valid, the dense arm and the
 // tier measured at every length, each arm's evaluation written, and the summary recorded in the
 // checkpoint config with the other keys kept.
-TEST(GpuEngineTool, PriceListOfACalibratedCheckpoint) {
-  if (!hopper_gpu_available()) GTEST_SKIP() << "no Hopper GPU on this machine";
-  const char* path = std::getenv("SKIPSOFTMAX_SMOLLM2_GGUF");
-  if (!path || !fs::exists(path)) GTEST_SKIP() << "SKIPSOFTMAX_SMOLLM2_GGUF not set";
-  const fs::path dir = fs::temp_directory_path() / ("skipsoftmax_price_" + std::to_string(getpid()));
-  fs::create_directories(dir / "ckpt");
-  fs::create_symlink(fs::absolute(path), dir / "ckpt" / "model.gguf");
-  std::ofstream(dir / "ckpt" / "config.json") << R"({
+TEST_F(GpuEngineTool, PriceListOfACalibratedCheckpoint) {
+  const fs::path& dir = dir_;
+  write_config(R"({
     "model_type": "llama",
     "skip_softmax_prefill_scale_tables": {"50%": [[1024, 50.0]], "75%": [[1024, 200.0]]},
     "skip_softmax_prefill_target_sparsity": "75%",
@@ -473,14 +470,11 @@ TEST(GpuEngineTool, PriceListOfACalibratedCheckpoint) {
                                           "mass_ratio": 0.0667, "mass_ratio_limit": 0.3},
     "skip_softmax_decode_scale_tables": {"75%": [[1024, 200.0]]},
     "skip_softmax_decode_shape_advice": {"verdict": "ON", "sparsity": 0.75, "mass_share": 0.05,
-                                         "mass_ratio": 0.0667, "mass_ratio_limit": 0.3}})";
-  const fs::path tool =
-      fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "skipsoftmax";
-  const std::string cmd = tool.string() + " price --model-dir " + (dir / "ckpt").string() +
-                          " --work-dir " + (dir / "work").string() +
-                          " --lengths 1024 2048 --accuracy-lengths 2048 --tiers 75% --samples 2"
-                          " --text-windows 1 --repeats 2 --decode-tokens 8 > /dev/null 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0);
+                                         "mass_ratio": 0.0667, "mass_ratio_limit": 0.3}})");
+  ASSERT_EQ(tool("price --model-dir " + ckpt().string() + " --work-dir " + (dir / "work").string() +
+                 " --lengths 1024 2048 --accuracy-lengths 2048 --tiers 75% --samples 2"
+                 " --text-windows 1 --repeats 2 --decode-tokens 8"),
+            0);
   const PriceList p = read_price_file(dir / "work" / "price.json");
   ASSERT_EQ(p.arms.size(), 2u);
   EXPECT_TRUE(p.arms[0].dense());
@@ -502,7 +496,6 @@ TEST(GpuEngineTool, PriceListOfACalibratedCheckpoint) {
   EXPECT_EQ(config.at("model_type"), "llama");
   EXPECT_EQ(config.at("skip_softmax_price_list").at("arms").size(), 2u);
   EXPECT_TRUE(config.contains("skip_softmax_prefill_scale_tables"));
-  fs::remove_all(dir);
 }
 
 }  // namespace
