@@ -6,7 +6,8 @@
 #   [CALIBRATE=0] [SAMPLES=N] [TEXTS=N] scripts/gpu_price.sh W tests|logits|generate|smollm2|gemma3|hold
 # CALIBRATE=0 prices the checkpoint config as carried (already calibrated). `hold`: SmolLM2's
 # tile sparsity per length on held-out prompts, with its 75% tables and with a flat S (the 75%
-# table's first row at every length), for the sparsity-hold check of the calibration.
+# table's first row at every length), for the sparsity-hold check of the calibration;
+# RECALIBRATE_SAMPLES=N fits the prefill tables again from N prompts a bin first.
 # `generate`: per model, a fixed prompt through the dense engine and a skip engine whose table
 # cannot skip (the texts must be identical), and 6k tokens of a book through the dense engine and
 # the calibrated 75% tiers (texts to read). `logits`: both checkpoints against transformers on 2k tokens (scripts/check_logits.py; the gguf
@@ -117,11 +118,27 @@ PY
   hold)
     ck=$(checkpoint smollm2 "$smol")
     eng=$HOME/hold && rm -rf "$eng" && mkdir -p "$eng"
+    if [[ -n ${RECALIBRATE_SAMPLES:-} ]]; then  # the prefill tables again, from more prompts a bin
+      start=$(date +%s)
+      timeout -s KILL 420 "$bin/skipsoftmax" calibrate --model-dir "$ck" --phase prefill \
+        --max-seqlen 8176 --bin-min 2048 --bin-step 2048 --samples "$RECALIBRATE_SAMPLES" \
+        --backend cuda > "$out/hold_calibrate.log" 2>&1
+      echo "calibrate: exit $? in $(( $(date +%s) - start )) s"; tail -8 "$out/hold_calibrate.log"
+      cp "$ck/config.json" "$out/hold_checkpoint_config.json"
+    fi
+    # A flat S: the 75% table's first row at every length.
+    python3 - "$ck/config.json" "$eng" <<'PY'
+import json, sys
+config, eng = json.load(open(sys.argv[1])), sys.argv[2]
+for phase in ("prefill", "decode"):
+    table = config[f"skip_softmax_{phase}_scale_tables"]["75%"]
+    json.dump(table[:1], open(f"{eng}/flat_{phase}.json", "w"))
+PY
     "$bin/skipsoftmax" export "$ck" "$eng/tiers75" --prefill-target-sparsity 75% \
       --decode-target-sparsity 75% > /dev/null
     "$bin/skipsoftmax" export "$ck" "$eng/flat" \
-      --skip-softmax-prefill-scale-table "$w/.stage/ck/smollm2_flat_prefill.json" \
-      --skip-softmax-decode-scale-table "$w/.stage/ck/smollm2_flat_decode.json" > /dev/null
+      --skip-softmax-prefill-scale-table "$eng/flat_prefill.json" \
+      --skip-softmax-decode-scale-table "$eng/flat_decode.json" > /dev/null
     for e in tiers75 flat; do
       "$bin/skipsoftmax" evaluate --model-dir "$ck" --engine-dir "$eng/$e" --max-context 8192 \
         --lengths 2048 3072 4096 5120 6144 7168 8160 --tasks ruler_niah_multikey ruler_niah_single \
