@@ -71,15 +71,17 @@ struct RequestPool {
 // The advisor: at each request's deployed S (the table's lookup at the request's length), its tile
 // sparsity s and skipped mass share m. sparsity is the mean of s over requests, mass_share the
 // tail (max) of m; ON when mass_share / sparsity < mass_ratio_limit: the skipped tiles hold much
-// less mass than their share of the work, the A-shaped attention skipping is built for.
+// less mass than their share of the work, the A-shaped attention skipping is built for. Requests
+// shorter than the table's first skippable length run dense and are left out (`requests` counts
+// the others).
 struct ShapeAdvice {
   bool on = false;
   double sparsity = 0.0;
   double mass_share = 0.0;
   double mass_ratio = 0.0;  // mass_share / sparsity (infinity when nothing is skipped)
   double mass_ratio_limit = 0.0;
-  std::int64_t requests = 0;
-  std::string reason;  // why OFF, for the warning; empty when ON
+  std::int64_t requests = 0;  // the requests the deployed table skips in
+  std::string reason;         // why OFF, for the warning; empty when ON
 
   const char* verdict() const { return on ? "ON" : "OFF"; }
   nlohmann::ordered_json to_json() const;

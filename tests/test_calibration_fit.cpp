@@ -175,7 +175,27 @@ TEST(CalibrationFit, AdvisorSaysOnForAShapedAndOffForFlatAttention) {
   // Nothing skipped (a dense table): OFF, with the ratio recorded as null.
   const ShapeAdvice none = advise_shape({request({}, 1024, 1)}, ScaleTable(), 0.3);
   EXPECT_FALSE(none.on);
+  EXPECT_EQ(none.requests, 0);
   EXPECT_TRUE(none.to_json()["mass_ratio"].is_null());
+}
+
+// A request shorter than the deployed table's first bin runs dense: it is left out of s and m
+// instead of halving s (as when a tier is unreachable at the first bin).
+TEST(CalibrationFit, AdvisorLeavesOutRequestsTheGuardRunsDense) {
+  std::vector<RequestPool> requests;
+  BinPool pool{1024, {}};
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    requests.push_back(request({}, 1024, seed));
+    pool.hist.merge(requests.back().hist);
+  }
+  const TierFit tier = fit_tier({pool}, std::min(0.5, 0.8 * pool.hist.max_sparsity()));
+  const ShapeAdvice skipping = advise_shape(requests, tier.table(), 0.3);
+  for (std::uint64_t seed = 4; seed <= 6; ++seed) requests.push_back(request({}, 512, seed));
+  const ShapeAdvice with_short = advise_shape(requests, tier.table(), 0.3);
+  EXPECT_EQ(with_short.requests, 3);
+  EXPECT_DOUBLE_EQ(with_short.sparsity, skipping.sparsity);
+  EXPECT_DOUBLE_EQ(with_short.mass_share, skipping.mass_share);
+  EXPECT_EQ(with_short.on, skipping.on);
 }
 
 class CalibrationConfig : public test::TempDirTest {};
