@@ -85,7 +85,7 @@ void save_cached(const fs::path& file, const std::string& key_text, const LayerP
     entries.push_back({{"layer", layers.pooled[i]}, {"histogram", hists[i].to_json()}});
   }
   fs::create_directories(file.parent_path());
-  write_json_file(file, {{"key", key_text}, {"layers", entries}});
+  write_json_file(file, nlohmann::json{{"key", key_text}, {"layers", entries}});
 }
 
 CriticalHistogram pooled(const TileStats& stats) {

@@ -108,8 +108,9 @@ ShapeAdvice advise_shape(const std::vector<RequestPool>& requests, const ScaleTa
     const std::int64_t length = r.hist.min_kv_len();
     // A request the guard runs dense skips nothing and loses nothing: it says nothing about the
     // shape, and counting its zero sparsity would halve s where a tier is unreachable at a bin.
-    if (length < deployed.first_skippable_length()) continue;
-    const double scale = deployed.lambda_for(length) * static_cast<double>(length);
+    const double lambda = deployed.lambda_for(length);
+    if (lambda <= 0.0) continue;
+    const double scale = lambda * static_cast<double>(length);
     sparsity_sum += r.hist.sparsity_at(scale);
     a.mass_share = std::max(a.mass_share, r.hist.mass_share_at(scale));
     ++a.requests;
@@ -117,7 +118,8 @@ ShapeAdvice advise_shape(const std::vector<RequestPool>& requests, const ScaleTa
   a.sparsity = a.requests == 0 ? 0.0 : sparsity_sum / static_cast<double>(a.requests);
   if (a.sparsity <= 0.0) {
     a.mass_ratio = std::numeric_limits<double>::infinity();
-    a.reason = "the deployed table skips no tile of the calibration requests";
+    a.reason = a.requests == 0 ? "the deployed table runs every calibration request dense"
+                               : "the deployed table skips no tile of the calibration requests";
     return a;
   }
   a.mass_ratio = a.mass_share / a.sparsity;

@@ -120,13 +120,14 @@ GateVerdict gate_against(const EvalResults& run, const EvalResults& baseline, do
     throw std::invalid_argument("--max-drop must be a finite number >= 0");
   }
   const auto differ = [&](const std::string& what, const std::string& a, const std::string& b) {
-    throw std::invalid_argument("the baseline '" + baseline.label + "' is not comparable: " +
-                                what + " " + b + " there, " + a + " here");
+    throw std::invalid_argument("the baseline '" + baseline.label + "' is not comparable: " + what +
+                                " " + b + " there, " + a + " here");
   };
   if (run.weights_sha256 != baseline.weights_sha256) {
     differ("weights (SHA-256)", run.weights_sha256.substr(0, 12),
            baseline.weights_sha256.substr(0, 12));
   }
+  if (run.dtype != baseline.dtype) differ("dtype", run.dtype, baseline.dtype);
   const EvalSettings& a = run.settings;
   const EvalSettings& b = baseline.settings;
   if (a.seed != b.seed) differ("seed", std::to_string(a.seed), std::to_string(b.seed));
@@ -146,24 +147,36 @@ GateVerdict gate_against(const EvalResults& run, const EvalResults& baseline, do
   };
   if (a.tasks != b.tasks) differ("tasks", names(a.tasks), names(b.tasks));
 
+  const auto baseline_at = [&](std::int64_t length) {
+    const auto it = std::find_if(baseline.results.begin(), baseline.results.end(),
+                                 [&](const LengthResult& x) { return x.length == length; });
+    if (it == baseline.results.end()) {
+      throw std::invalid_argument("the baseline '" + baseline.label +
+                                  "' has no results at length " + std::to_string(length));
+    }
+    return it;
+  };
+  for (std::int64_t length : a.lengths) baseline_at(length);
+
   GateVerdict v;
   v.baseline = baseline.label;
   v.max_drop = max_drop;
   v.pass = true;
   for (const LengthResult& r : run.results) {
-    const auto base = std::find_if(baseline.results.begin(), baseline.results.end(),
-                                   [&](const LengthResult& x) { return x.length == r.length; });
-    if (base == baseline.results.end()) {
-      throw std::invalid_argument("the baseline '" + baseline.label + "' has no results at length " +
-                                  std::to_string(r.length));
-    }
+    const auto base = baseline_at(r.length);
     GateCheck score{r.length, "score", base->score, r.score, base->score - r.score, false};
     score.pass = score.drop <= max_drop + kDropSlack;
-    GateCheck ppl{r.length, "perplexity", base->perplexity, r.perplexity,
-                  r.perplexity / base->perplexity - 1.0, false};
-    ppl.pass = ppl.drop <= max_drop + kDropSlack;
-    v.pass = v.pass && score.pass && ppl.pass;
+    v.pass = v.pass && score.pass;
     v.checks.push_back(score);
+    if (a.text_windows == 0) continue;  // no perplexity on either side
+    GateCheck ppl{r.length,
+                  "perplexity",
+                  base->perplexity,
+                  r.perplexity,
+                  r.perplexity / base->perplexity - 1.0,
+                  false};
+    ppl.pass = ppl.drop <= max_drop + kDropSlack;
+    v.pass = v.pass && ppl.pass;
     v.checks.push_back(ppl);
   }
   return v;
@@ -176,6 +189,7 @@ ordered_json evaluation_to_json(const EvalResults& r) {
   j["arm"] = to_string(r.arm);
   j["model"] = r.model;
   j["weights_sha256"] = r.weights_sha256;
+  j["dtype"] = r.dtype;
   j["engine_dir"] = r.engine_dir;
   j["thresholds"] = {{"prefill", r.thresholds.prefill}, {"decode", r.thresholds.decode}};
   j["provenance"] = {{"gpu", r.gpu}, {"git_revision", r.git_revision}, {"command", r.command}};
@@ -192,14 +206,14 @@ ordered_json evaluation_to_json(const EvalResults& r) {
     for (std::size_t t = 0; t < x.scores.size(); ++t) {
       scores[to_string(r.settings.tasks[t])] = x.scores[t];
     }
-    results.push_back({{"length", x.length},
-                       {"scores", scores},
-                       {"score", x.score},
-                       {"perplexity", x.perplexity},
-                       {"perplexity_tokens", x.perplexity_tokens},
-                       {"tiles",
-                        {{"prefill", tiles_json(x.tiles.prefill)},
-                         {"decode", tiles_json(x.tiles.decode)}}}});
+    results.push_back(
+        {{"length", x.length},
+         {"scores", scores},
+         {"score", x.score},
+         {"perplexity", x.perplexity},
+         {"perplexity_tokens", x.perplexity_tokens},
+         {"tiles",
+          {{"prefill", tiles_json(x.tiles.prefill)}, {"decode", tiles_json(x.tiles.decode)}}}});
   }
   j["results"] = results;
   if (r.gate) {
@@ -223,8 +237,8 @@ ordered_json evaluation_to_json(const EvalResults& r) {
 EvalResults evaluation_from_json(const json& j, const std::string& context) {
   if (!j.is_object()) fail(context, "expected a JSON object");
   check_keys(j,
-             {"schema", "label", "arm", "model", "weights_sha256", "engine_dir", "thresholds",
-              "provenance", "settings", "results", "gate"},
+             {"schema", "label", "arm", "model", "weights_sha256", "dtype", "engine_dir",
+              "thresholds", "provenance", "settings", "results", "gate"},
              context);
   if (get_string(j, "schema", context) != kEvaluationSchema) {
     fail(context + ".schema", "expected \"" + std::string(kEvaluationSchema) + "\"");
@@ -238,11 +252,15 @@ EvalResults evaluation_from_json(const json& j, const std::string& context) {
   }
   r.model = get_string(j, "model", context);
   r.weights_sha256 = get_string(j, "weights_sha256", context);
+  r.dtype = get_string(j, "dtype", context);
+  if (r.dtype != "fp16" && r.dtype != "bf16") fail(context + ".dtype", "expected fp16 or bf16");
   r.engine_dir = get_string(j, "engine_dir", context);
   const json& th = field(j, "thresholds", context);
+  check_keys(th, {"prefill", "decode"}, context + ".thresholds");
   r.thresholds.prefill = get_string(th, "prefill", context + ".thresholds");
   r.thresholds.decode = get_string(th, "decode", context + ".thresholds");
   const json& prov = field(j, "provenance", context);
+  check_keys(prov, {"gpu", "git_revision", "command"}, context + ".provenance");
   r.gpu = get_string(prov, "gpu", context + ".provenance");
   r.git_revision = get_string(prov, "git_revision", context + ".provenance");
   r.command = get_string(prov, "command", context + ".provenance");
@@ -255,8 +273,14 @@ EvalResults evaluation_from_json(const json& j, const std::string& context) {
     fail(sc + ".seed", "expected an integer >= 0");
   }
   r.settings.seed = seed.get<std::uint64_t>();
-  r.settings.samples = static_cast<int>(get_integer(s, "samples", sc, 1));
-  r.settings.text_windows = static_cast<int>(get_integer(s, "text_windows", sc, 0));
+  constexpr std::int64_t kMaxCount = 1 << 20;  // far above any run; keeps the int conversions safe
+  const std::int64_t samples = get_integer(s, "samples", sc, 1);
+  const std::int64_t text_windows = get_integer(s, "text_windows", sc, 0);
+  if (samples > kMaxCount || text_windows > kMaxCount) {
+    fail(sc, "samples and text_windows must be at most " + std::to_string(kMaxCount));
+  }
+  r.settings.samples = static_cast<int>(samples);
+  r.settings.text_windows = static_cast<int>(text_windows);
   const json& tasks = field(s, "tasks", sc);
   if (!tasks.is_array() || tasks.empty()) fail(sc + ".tasks", "expected a non-empty array");
   r.settings.tasks.clear();
@@ -319,6 +343,7 @@ EvalResults evaluation_from_json(const json& j, const std::string& context) {
   // A gate of a saved run is informational: it is recomputed whenever a run is gated.
   if (j.contains("gate")) {
     const json& g = j["gate"];
+    check_keys(g, {"baseline", "max_drop", "verdict", "checks"}, context + ".gate");
     GateVerdict v;
     v.baseline = get_string(g, "baseline", context + ".gate");
     v.max_drop = get_number(g, "max_drop", context + ".gate");
@@ -341,9 +366,11 @@ std::string format_evaluation(const EvalResults& r) {
   for (RulerTask t : r.settings.tasks) out << "  " << to_string(t);
   out << "  score  perplexity  prefill_sparsity  decode_sparsity\n";
   for (const LengthResult& x : r.results) {
-    out << x.length;
+    std::snprintf(buf, sizeof buf, "%6lld", static_cast<long long>(x.length));
+    out << buf;
     for (std::size_t t = 0; t < x.scores.size(); ++t) {
-      std::snprintf(buf, sizeof buf, "  %*.3f", static_cast<int>(std::string_view(to_string(r.settings.tasks[t])).size()), x.scores[t]);
+      const int width = static_cast<int>(std::string_view(to_string(r.settings.tasks[t])).size());
+      std::snprintf(buf, sizeof buf, "  %*.3f", width, x.scores[t]);
       out << buf;
     }
     std::snprintf(buf, sizeof buf, "  %5.3f  %10.4f  %16.3f  %15.3f\n", x.score, x.perplexity,
@@ -356,8 +383,8 @@ std::string format_evaluation(const EvalResults& r) {
       std::snprintf(buf, sizeof buf, "  %7lld  %-10s", static_cast<long long>(c.length),
                     c.metric.c_str());
       out << buf;
-      std::snprintf(buf, sizeof buf, " %.4f -> %.4f  drop %+.4f  %s\n", c.baseline, c.value,
-                    c.drop, c.pass ? "ok" : "FAIL");
+      std::snprintf(buf, sizeof buf, " %.4f -> %.4f  drop %+.4f  %s\n", c.baseline, c.value, c.drop,
+                    c.pass ? "ok" : "FAIL");
       out << buf;
     }
     out << "verdict: " << (r.gate->pass ? "PASS" : "FAIL") << '\n';

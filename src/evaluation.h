@@ -1,6 +1,7 @@
-// The accuracy of an engine on real text (`skipsoftmax evaluate`, docs/EVALUATE.md): the RULER-style
-// tasks of ruler.h scored by string match of the greedy answer, and perplexity on held-out text,
-// at each length; the results file, and the gate that compares a run with a dense baseline.
+// The accuracy of an engine on real text (`skipsoftmax evaluate`, docs/EVALUATE.md): the
+// RULER-style tasks of ruler.h scored by string match of the greedy answer, and perplexity on
+// held-out text, at each length; the results file, and the gate that compares a run with a dense
+// baseline.
 //
 // A length L is the whole budget of a request, as in RULER: a task prompt has L minus the task's
 // answer tokens, so that prompt and answer fit a context of L; a perplexity text has L tokens.
@@ -9,9 +10,9 @@
 // The gate (evaluate --baseline B --max-drop D): at every length of the run, with both runs'
 // mean task scores in [0, 1],
 //   baseline score - score <= D             (an absolute drop: D = 0.03 allows 3 points)
-//   perplexity / baseline perplexity - 1 <= D
-// The runs must be comparable: the same weights, seed, samples, texts and tasks, and every length
-// of the run evaluated in the baseline.
+//   perplexity / baseline perplexity - 1 <= D   (when the runs scored texts: --text-windows > 0)
+// The runs must be comparable: the same weights, storage type, seed, samples, texts and tasks, and
+// every length of the run evaluated in the baseline.
 #pragma once
 
 #include <cstdint>
@@ -89,6 +90,7 @@ struct EvalResults {
   EvalArm arm = EvalArm::kBoth;
   std::string model;           // general.name of the GGUF
   std::string weights_sha256;  // of the GGUF file
+  std::string dtype;           // the engine's 16-bit type: "fp16" or "bf16"
   std::string engine_dir;
   PerPhase<std::string> thresholds;  // Threshold::describe() of what ran
   std::string gpu;
@@ -99,8 +101,9 @@ struct EvalResults {
   std::optional<GateVerdict> gate;
 };
 
-// Compares `run` with `baseline`. Throws std::invalid_argument naming the difference when the two
-// are not comparable (see the top of this file) or max_drop is negative or not finite.
+// Compares `run` with `baseline` at every length of run.settings (run.results may still be empty:
+// comparability is known before any work). Throws std::invalid_argument naming the difference when
+// the two are not comparable (see the top of this file) or max_drop is negative or not finite.
 GateVerdict gate_against(const EvalResults& run, const EvalResults& baseline, double max_drop);
 
 nlohmann::ordered_json evaluation_to_json(const EvalResults& r);

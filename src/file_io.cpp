@@ -58,6 +58,10 @@ void write_json_file(const fs::path& path, const nlohmann::json& value) {
   write_file_atomic(path, [&](std::ostream& out) { out << value.dump(2) << '\n'; });
 }
 
+void write_json_file(const fs::path& path, const nlohmann::ordered_json& value) {
+  write_file_atomic(path, [&](std::ostream& out) { out << value.dump(2) << '\n'; });
+}
+
 void check_output_file(const fs::path& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) throw std::invalid_argument(path.string() + ": is a directory");

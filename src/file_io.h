@@ -36,8 +36,10 @@ nlohmann::json read_json_file(const std::filesystem::path& path);
 void write_file_atomic(const std::filesystem::path& path,
                        const std::function<void(std::ostream&)>& write);
 
-// JSON with 2-space indentation and a trailing newline, written atomically.
+// JSON with 2-space indentation and a trailing newline, written atomically. The ordered_json form
+// keeps the keys in the order the writer put them.
 void write_json_file(const std::filesystem::path& path, const nlohmann::json& value);
+void write_json_file(const std::filesystem::path& path, const nlohmann::ordered_json& value);
 
 // Checks, before any work, that an output file can go to `path`: throws std::invalid_argument
 // ("<path>: is a directory", "<path>: directory D does not exist") otherwise.

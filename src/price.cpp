@@ -771,6 +771,14 @@ ordered_json advice_json(const ShapeAdviceRecord& a) {
 
 PerPhase<std::optional<PhaseCalibration>> calibration_from_checkpoint(
     const CheckpointConfig& checkpoint, const std::string& context) {
+  // What export deploys from this checkpoint with no flags (it throws for a target_sparsity
+  // naming a missing tier).
+  ExportPlan plan;
+  try {
+    plan = plan_export(checkpoint, {});
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(context + ": " + e.what());
+  }
   PerPhase<std::optional<PhaseCalibration>> out;
   for (Phase phase : kPhases) {
     const CheckpointPhase& cp = checkpoint.phases[phase];
@@ -779,16 +787,14 @@ PerPhase<std::optional<PhaseCalibration>> calibration_from_checkpoint(
                                                    ? checkpoint.shape_advice_json
                                                    : checkpoint.decode_shape_advice_json;
     if (!advice) {
-      throw std::invalid_argument(context + ": " + shape_advice_key(phase) +
-                                  ": missing (calibrate the checkpoint with skipsoftmax calibrate)");
+      throw std::invalid_argument(
+          context + ": " + shape_advice_key(phase) +
+          ": missing (calibrate the checkpoint with skipsoftmax calibrate)");
     }
     const json parsed = json::parse(*advice);
     PhaseCalibration cal;
     cal.advice = advice_from(Field(parsed, context, shape_advice_key(phase)));
-    if (cp.scale_table) cal.deployed = *cp.scale_table;
-    if (cp.target_sparsity) {
-      if (const Tier* t = cp.find_tier(*cp.target_sparsity)) cal.deployed = t->table;
-    }
+    cal.deployed = plan.phases[phase].threshold.scale_table();
     for (const Tier& t : cp.tiers) cal.ladder.push_back({t.key, t.sparsity, t.table});
     out[phase] = std::move(cal);
   }
@@ -817,16 +823,10 @@ ordered_json price_summary_json(const PriceList& p, const std::string& price_fil
   }
   ordered_json recs = ordered_json::array();
   for (const PriceRecommendation& r : p.recommendations) {
-    recs.push_back({{"bound", r.bound},
-                    {"skip", to_string(r.skip)},
-                    {"tier", r.tier ? json(*r.tier) : json(nullptr)}});
+    recs.push_back({{"bound", r.bound}, {"skip", to_string(r.skip)}, {"tier", or_null(r.tier)}});
   }
-  return {{"price_file", price_file},
-          {"gpu", p.gpu},
-          {"git_revision", p.git_revision},
-          {"date", p.date ? json(*p.date) : json(nullptr)},
-          {"arms", arms},
-          {"recommendations", recs}};
+  return {{"price_file", price_file}, {"gpu", p.gpu}, {"git_revision", p.git_revision},
+          {"date", or_null(p.date)},  {"arms", arms}, {"recommendations", recs}};
 }
 
 PriceList price_from_json(const json& j, const std::string& context) {

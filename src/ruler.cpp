@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -131,7 +132,7 @@ std::filesystem::path default_corpus_dir() {
 
 RulerCorpus::RulerCorpus(const std::filesystem::path& corpus_dir, CorpusSplit split,
                          TextTokenizer tokenizer)
-    : split_(split), tokenizer_(std::move(tokenizer)), books_(corpus_books(split)) {
+    : tokenizer_(std::move(tokenizer)), books_(corpus_books(split)) {
   for (std::size_t b = 0; b < books_.size(); ++b) {
     const std::filesystem::path path = corpus_dir / books_[b];
     if (!std::filesystem::is_regular_file(path)) {
@@ -152,10 +153,10 @@ const std::vector<std::int32_t>& RulerCorpus::ids(std::size_t paragraph) {
 }
 
 RulerCorpus::Assembled RulerCorpus::assemble(std::int64_t tokens, double start,
-                                              std::string_view preamble_text,
-                                              const std::vector<Insert>& inserts,
-                                              std::string_view question_body,
-                                              const std::string& what) {
+                                             std::string_view preamble_text,
+                                             const std::vector<Insert>& inserts,
+                                             std::string_view question_body,
+                                             const std::string& what) {
   const std::vector<std::int32_t> preamble = encode(preamble_text);
   const std::vector<std::int32_t> question = encode(question_body);
   std::int64_t fixed = (tokenizer_.bos >= 0 ? 1 : 0) + static_cast<std::int64_t>(preamble.size()) +
@@ -163,11 +164,10 @@ RulerCorpus::Assembled RulerCorpus::assemble(std::int64_t tokens, double start,
   for (const Insert& in : inserts) fixed += static_cast<std::int64_t>(in.ids.size());
   const std::int64_t hay = tokens - fixed;
   if (hay < kMinHaystack) {
-    throw std::invalid_argument("a RULER prompt of " + std::to_string(tokens) +
-                                " tokens is too short: the preamble, " + what +
-                                " and the question take " + std::to_string(fixed) +
-                                ", and the haystack needs at least " +
-                                std::to_string(kMinHaystack));
+    throw std::invalid_argument(
+        "a RULER prompt of " + std::to_string(tokens) + " tokens is too short: the preamble, " +
+        what + " and the question take " + std::to_string(fixed) +
+        ", and the haystack needs at least " + std::to_string(kMinHaystack));
   }
 
   // The haystack: whole paragraphs from a random one on (wrapping through the split's books),
@@ -327,12 +327,13 @@ TaskSample RulerCorpus::make_task_sample(RulerTask task, std::int64_t tokens, st
       preamble =
           "Memorize and track the chain(s) of variable assignment hidden in the following "
           "text.\n\n";
+      const std::string count = std::to_string(kHops + 1);
       question = "\nQuestion: Find all variables that are assigned the value " + value +
                  " in the text above. Answer: According to the chain(s) of variable assignment "
-                 "in the text above, 5 variables are assigned the value " +
-                 value + ", they are:";
+                 "in the text above, " +
+                 count + " variables are assigned the value " + value + ", they are:";
       s.answers = names;
-      what = "5 assignments";
+      what = count + " assignments";
       break;
     }
   }
@@ -394,8 +395,14 @@ int answer_budget(RulerTask task) {
 
 double string_match_all(std::string_view generated, const std::vector<std::string>& answers) {
   if (answers.empty()) return 0.0;
+  const auto lower = [](std::string_view text) {
+    std::string out(text);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  const std::string haystack = lower(generated);
   std::size_t found = 0;
-  for (const std::string& a : answers) found += generated.find(a) != std::string_view::npos;
+  for (const std::string& a : answers) found += haystack.find(lower(a)) != std::string::npos;
   return static_cast<double>(found) / static_cast<double>(answers.size());
 }
 

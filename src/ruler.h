@@ -70,8 +70,8 @@ struct RulerOptions {
 //                    increasing depths; asks for every variable holding the value
 enum class RulerTask { kNiahSingle, kNiahMultikey, kNiahMultivalue, kVariableTracking };
 inline constexpr RulerTask kRulerTasks[] = {RulerTask::kNiahSingle, RulerTask::kNiahMultikey,
-                                           RulerTask::kNiahMultivalue,
-                                           RulerTask::kVariableTracking};
+                                            RulerTask::kNiahMultivalue,
+                                            RulerTask::kVariableTracking};
 // "ruler_niah_single", "ruler_niah_multikey", "ruler_niah_multivalue", "ruler_vt".
 const char* to_string(RulerTask task);
 // The inverse of to_string. Throws std::invalid_argument listing the task names.
@@ -88,7 +88,8 @@ struct TaskSample {
 // The generated tokens a task's answer gets (greedy decoding stops there): its values and slack.
 int answer_budget(RulerTask task);
 
-// The fraction of `answers` found in `generated` (RULER's string_match_all); 0 for no answers.
+// The fraction of `answers` found in `generated`, ignoring case (RULER's string_match_all); 0 for
+// no answers.
 double string_match_all(std::string_view generated, const std::vector<std::string>& answers);
 
 // A split's books, split into paragraphs and tokenized lazily (a paragraph is encoded once, when
@@ -110,8 +111,6 @@ class RulerCorpus {
   // Plain text of exactly `tokens` tokens (BOS first when the tokenizer has one), from whole
   // paragraphs starting at a random one: the held-out text of perplexity.
   std::vector<std::int32_t> make_text(std::int64_t tokens, std::uint64_t seed, std::int64_t index);
-
-  CorpusSplit split() const { return split_; }
 
  private:
   struct Paragraph {
@@ -140,7 +139,6 @@ class RulerCorpus {
   const std::vector<std::int32_t>& ids(std::size_t paragraph);
   std::vector<std::int32_t> encode(std::string_view text) const { return tokenizer_.encode(text); }
 
-  CorpusSplit split_;
   TextTokenizer tokenizer_;
   std::vector<std::string> books_;
   std::vector<Paragraph> paragraphs_;  // all books, in order

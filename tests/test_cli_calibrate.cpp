@@ -223,7 +223,7 @@ TEST_F(CliCalibrateSmolLM2, CalibratesFromCapturedQk) {
     write_npy_atomic(cap / "k.npy", make_npy_float(NpyDtype::kF16, {n, 3, 64}, kd));
     nlohmann::json layers = nlohmann::json::array();
     for (int l = 0; l < 30; ++l) layers.push_back({{"layer", l}, {"q", "q.npy"}, {"k", "k.npy"}});
-    write_json_file(cap / "manifest.json", {{"tokens", ids}, {"layers", layers}});
+    write_json_file(cap / "manifest.json", nlohmann::json{{"tokens", ids}, {"layers", layers}});
   }
   const std::string flags =
       common + "--captures-dir " + q(dir_ / "captures") + " --cache-dir " + q(dir_ / "cache");

@@ -1,6 +1,6 @@
-// The run, capture, evaluate and price subcommands on a CPU-only machine: every input error is reported with a
-// clear message and a non-zero exit before any GPU work, a valid request stops at the missing GPU,
-// and no output is left behind. The engine itself is tested in tests/gpu/.
+// The run, capture, evaluate and price subcommands on a CPU-only machine: every input error is
+// reported with a clear message and a non-zero exit before any GPU work, a valid request stops at
+// the missing GPU, and no output is left behind. The engine itself is tested in tests/gpu/.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -212,8 +212,8 @@ class CliEvaluate : public CliRun {
                                             "mass_share": 0.01, "mass_ratio": 0.0135}})");
     test::tiny_llama(4096).save(ckpt4k() / "tiny.gguf");
     ASSERT_EQ(run("export " + q(ckpt4k()) + " " + q(engine4k())).code, 0);
-    for (const char* book : {"austen_4_pride_and_prejudice.txt",
-                             "austen_5_sense_and_sensibility.txt", "kjv.txt"}) {
+    for (const char* book :
+         {"austen_4_pride_and_prejudice.txt", "austen_5_sense_and_sensibility.txt", "kjv.txt"}) {
       std::string text;
       for (int p = 0; p < 40; ++p) text += "it is a truth universally acknowledged\n\n";
       write(corpus() / book, text);
@@ -263,12 +263,22 @@ TEST_F(CliEvaluate, EvaluateErrors) {
   fails(evaluate_args("--max-context 2048 --lengths 2048 1024"), "strictly increasing");
   fails(evaluate_args("--max-context 2048 --tasks ruler_qa"), "unknown task 'ruler_qa'");
   fails(evaluate_args("--max-context 2048 --samples 0"), "--samples must be >= 1");
+  fails(evaluate_args("--max-context 2048 --tasks ruler_vt ruler_vt"),
+        "--tasks: ruler_vt is given twice");
+  fails(evaluate_args("--max-context 2048 --dtype fp8"), "--dtype fp8: expected fp16 or bf16");
   fails(evaluate_args("--max-context 8192"), "exceeds the model's context of 4096 tokens");
   fails(evaluate_args("--max-context 2048 --arm decode"),
         "--arm decode: the engine runs decode dense");
   fails("evaluate --model-dir " + q(ckpt()) + " --engine-dir " + q(engine4k()) +
             " --max-context 2048",
         "was exported from");
+  ASSERT_EQ(run("export " + q(ckpt4k()) + " " + q(dir_ / "dense4k") +
+                " --skip-softmax-prefill-scale-table none")
+                .code,
+            0);
+  fails("evaluate --model-dir " + q(ckpt4k()) + " --engine-dir " + q(dir_ / "dense4k") +
+            " --max-context 2048",
+        "--arm both: the engine runs both phases dense");
   write(dir_ / "base.json", "{\"schema\": ");
   fails(evaluate_args("--max-context 2048 --baseline " + q(dir_ / "base.json")),
         "base.json: malformed JSON");
@@ -291,6 +301,10 @@ TEST_F(CliEvaluate, PriceErrors) {
         "--decode-tokens must be >= 2");
   fails(price_args("--lengths 1024 --accuracy-lengths 1024 --tiers 90%"),
         "--tiers: 90% is not calibrated (the checkpoint has 50%, 75%)");
+  fails(price_args("--lengths 1024 --accuracy-lengths 1024 --tiers 75% 0.75"),
+        "--tiers: 0.75 is given twice");
+  fails(price_args("--lengths 1024 --accuracy-lengths 1024 --dtype fp32"),
+        "--dtype fp32: expected fp16 or bf16");
   fails("price --model-dir " + q(ckpt()) + " --work-dir " + q(dir_ / "work") +
             " --lengths 1024 --accuracy-lengths 1024",
         "no calibrated tiers");

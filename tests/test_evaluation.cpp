@@ -16,6 +16,7 @@ EvalResults sample_results(double score_scale = 1.0, double ppl_scale = 1.0) {
   r.arm = EvalArm::kDense;
   r.model = "SmolLM2 135M Instruct";
   r.weights_sha256 = std::string(64, 'a');
+  r.dtype = "fp16";
   r.engine_dir = "/tmp/engine";
   r.thresholds = {"dense", "dense"};
   r.gpu = "NVIDIA H200";
@@ -52,7 +53,8 @@ TEST(Evaluation, ArmsNameThePhasesThatSkip) {
   EXPECT_FALSE(arm_skips(EvalArm::kDense, Phase::kDecode));
   EXPECT_TRUE(arm_skips(EvalArm::kBoth, Phase::kPrefill));
   EXPECT_EQ(parse_eval_arm("decode"), EvalArm::kDecode);
-  EXPECT_ERROR_HAS(parse_eval_arm("all"), "unknown arm 'all' (valid: dense, prefill, decode, both)");
+  EXPECT_ERROR_HAS(parse_eval_arm("all"),
+                   "unknown arm 'all' (valid: dense, prefill, decode, both)");
 }
 
 TEST(Evaluation, ResultsRoundTrip) {
@@ -94,10 +96,11 @@ TEST(Evaluation, MalformedResultsAreNamed) {
   EXPECT_ERROR_HAS(
       evaluation_from_json(broken([](auto& j) { j["results"][0]["score"] = 0.9; }), "f.json"),
       "is not the mean of the task scores");
-  EXPECT_ERROR_HAS(
-      evaluation_from_json(broken([](auto& j) { j["settings"]["lengths"] = {4096, 1024}; }),
-                           "f.json"),
-      "not strictly increasing");
+  EXPECT_ERROR_HAS(evaluation_from_json(broken([](auto& j) {
+                                          j["settings"]["lengths"] = {4096, 1024};
+                                        }),
+                                        "f.json"),
+                   "not strictly increasing");
   EXPECT_ERROR_HAS(
       evaluation_from_json(broken([](auto& j) { j["results"][1]["length"] = 2048; }), "f.json"),
       "does not follow settings.lengths");
@@ -110,9 +113,17 @@ TEST(Evaluation, MalformedResultsAreNamed) {
       "more tiles skipped than visited");
   EXPECT_ERROR_HAS(evaluation_from_json(broken([](auto& j) { j["arm"] = "all"; }), "f.json"),
                    "f.json.arm: unknown arm 'all'");
-  EXPECT_ERROR_HAS(evaluation_from_json(broken([](auto& j) { j["settings"]["tasks"] = {"qa"}; }),
-                                        "f.json"),
-                   "unknown task 'qa'");
+  EXPECT_ERROR_HAS(evaluation_from_json(broken([](auto& j) { j["dtype"] = "fp8"; }), "f.json"),
+                   "f.json.dtype: expected fp16 or bf16");
+  EXPECT_ERROR_HAS(
+      evaluation_from_json(broken([](auto& j) { j["provenance"]["host"] = "x"; }), "f.json"),
+      "f.json.provenance: unknown key \"host\"");
+  EXPECT_ERROR_HAS(
+      evaluation_from_json(broken([](auto& j) { j["settings"]["samples"] = 1LL << 40; }), "f.json"),
+      "must be at most");
+  EXPECT_ERROR_HAS(
+      evaluation_from_json(broken([](auto& j) { j["settings"]["tasks"] = {"qa"}; }), "f.json"),
+      "unknown task 'qa'");
 }
 
 TEST(Evaluation, GateFollowsTheBound) {
@@ -155,8 +166,31 @@ TEST(Evaluation, GateRefusesIncomparableRuns) {
   r.settings.tasks = {RulerTask::kNiahSingle};
   EXPECT_ERROR_HAS(gate_against(r, dense, 0.03), "tasks");
   r = sample_results();
-  r.results[1].length = 8192;
+  r.dtype = "bf16";
+  EXPECT_ERROR_HAS(gate_against(r, dense, 0.03), "not comparable: dtype fp16 there, bf16 here");
+  // A length missing from the baseline is known from the settings, before any result exists.
+  r = sample_results();
+  r.settings.lengths = {1024, 8192};
+  r.results.clear();
   EXPECT_ERROR_HAS(gate_against(r, dense, 0.03), "has no results at length 8192");
+}
+
+// Runs without perplexity texts are gated on their task scores alone (no 0 / 0 perplexity check).
+TEST(Evaluation, GateWithoutPerplexityTexts) {
+  EvalResults dense = sample_results();
+  EvalResults run = sample_results();
+  for (EvalResults* r : {&dense, &run}) {
+    r->settings.text_windows = 0;
+    for (LengthResult& x : r->results) {
+      x.perplexity = 0.0;
+      x.perplexity_tokens = 0;
+    }
+  }
+  const GateVerdict v = gate_against(run, dense, 0.0);
+  EXPECT_TRUE(v.pass);
+  ASSERT_EQ(v.checks.size(), 2u);
+  EXPECT_EQ(v.checks[0].metric, "score");
+  EXPECT_EQ(v.checks[1].metric, "score");
 }
 
 }  // namespace

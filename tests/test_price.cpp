@@ -316,6 +316,14 @@ TEST(PriceCheckpoint, CalibrationFromTheCheckpointConfig) {
                                           "mass_share": 0.1, "mass_ratio": 0.1}})",
                                                               "config.json");
   EXPECT_ERROR_HAS(calibration_from_checkpoint(bad_advice, "config.json"), "neither");
+  // The deployed table is what export would deploy: a target naming a missing tier is an error.
+  const CheckpointConfig missing_tier = parse_checkpoint_config(R"({
+    "skip_softmax_prefill_scale_tables": {"75%": [[4096, 8.0]]},
+    "skip_softmax_prefill_target_sparsity": "50%",
+    "skip_softmax_prefill_shape_advice": {"verdict": "ON", "sparsity": 0.7,
+                                          "mass_share": 0.1, "mass_ratio": 0.1}})",
+                                                                "config.json");
+  EXPECT_ERROR_HAS(calibration_from_checkpoint(missing_tier, "config.json"), "config.json: ");
 }
 
 // The summary recorded in the checkpoint config follows the price list it summarises, and the

@@ -192,9 +192,11 @@ TEST(RulerScoring, StringMatchAllCountsEachAnswer) {
   EXPECT_EQ(string_match_all(" 1234567.", {"1234567"}), 1.0);
   EXPECT_EQ(string_match_all(" 123456.", {"1234567"}), 0.0);
   EXPECT_EQ(string_match_all("ABCDE, FGHIJ and KLMNO", {"ABCDE", "KLMNO", "PQRST", "UVWXY"}), 0.5);
+  EXPECT_EQ(string_match_all("abcde and Klmno", {"ABCDE", "KLMNO"}), 1.0);  // case ignored
   EXPECT_EQ(string_match_all("anything", {}), 0.0);
   for (RulerTask t : kRulerTasks) EXPECT_EQ(parse_ruler_task(to_string(t)), t);
-  EXPECT_ERROR_HAS(parse_ruler_task("ruler_qa"), "unknown task 'ruler_qa' (valid: ruler_niah_single");
+  EXPECT_ERROR_HAS(parse_ruler_task("ruler_qa"),
+                   "unknown task 'ruler_qa' (valid: ruler_niah_single");
 }
 
 TEST_F(Ruler, ErrorsNameTheProblem) {

@@ -171,7 +171,7 @@ void write_samples(const fs::path& dir, const CalibrationSettings& s, RulerCorpu
                       {"answer", sample.answer}});
     }
   }
-  write_json_file(dir / "prompts.json", {{"seed", s.seed}, {"prompts", list}});
+  write_json_file(dir / "prompts.json", nlohmann::ordered_json{{"seed", s.seed}, {"prompts", list}});
   std::cout << "wrote " << list.size() << " prompts to " << dir.string() << '\n';
 }
 

@@ -4,6 +4,8 @@
 //
 // Every flag and file is checked before the GPU is touched; the results file is written
 // atomically, also when the gate fails.
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -45,6 +47,7 @@ struct EvaluateArgs {
   std::string corpus_dir;
   int page_size = 64;
   int prefill_chunk = 0;
+  std::string dtype = "fp16";
 };
 
 [[noreturn]] void fail(const std::string& what) { throw std::invalid_argument(what); }
@@ -54,6 +57,7 @@ fs::path same_dir(const fs::path& p) { return fs::weakly_canonical(fs::absolute(
 void evaluate(const EvaluateArgs& a) {
   // Flags that need no file.
   const EvalArm arm = parse_eval_arm(a.arm);
+  const DType dtype = parse_engine_dtype(a.dtype);
   if (a.samples < 1) fail("--samples must be >= 1");
   if (a.text_windows < 0) fail("--text-windows must be >= 0");
   if (a.max_drop_opt->count() > 0 && a.baseline.empty()) {
@@ -65,7 +69,13 @@ void evaluate(const EvaluateArgs& a) {
   settings.text_windows = a.text_windows;
   if (!a.tasks.empty()) {
     settings.tasks.clear();
-    for (const std::string& t : a.tasks) settings.tasks.push_back(parse_ruler_task(t));
+    for (const std::string& t : a.tasks) {
+      const RulerTask task = parse_ruler_task(t);
+      if (std::find(settings.tasks.begin(), settings.tasks.end(), task) != settings.tasks.end()) {
+        fail("--tasks: " + t + " is given twice");
+      }
+      settings.tasks.push_back(task);
+    }
   }
   if (a.lengths.empty()) {
     settings.lengths = default_eval_lengths(a.max_context);
@@ -97,10 +107,16 @@ void evaluate(const EvaluateArgs& a) {
   for (Phase phase : kPhases) {
     const Threshold& t = config.phases[phase].threshold;
     if (arm_skips(arm, phase) && arm != EvalArm::kBoth && t.never_skips()) {
-      fail("--arm " + a.arm + ": the engine runs " + to_string(phase) + " dense (" +
-           t.describe() + "); export it with a " + to_string(phase) + " table");
+      fail("--arm " + a.arm + ": the engine runs " + to_string(phase) + " dense (" + t.describe() +
+           "); export it with a " + to_string(phase) + " table");
     }
     thresholds[phase] = arm_skips(arm, phase) ? t : Threshold::dense();
+  }
+  if (arm == EvalArm::kBoth && thresholds.prefill.never_skips() &&
+      thresholds.decode.never_skips()) {
+    fail(
+        "--arm both: the engine runs both phases dense (no tables in its config.json); evaluate "
+        "it with --arm dense");
   }
   check_weights(*config.weights);
   const gguf::File file = gguf::File::open(config.weights->file);
@@ -117,6 +133,7 @@ void evaluate(const EvaluateArgs& a) {
   results.arm = arm;
   results.model = file.find("general.name") ? file.string("general.name") : model.architecture;
   results.weights_sha256 = config.weights->sha256;
+  results.dtype = engine_dtype_name(dtype);
   results.engine_dir = same_dir(a.engine_dir).string();
   results.thresholds = {thresholds.prefill.describe(), thresholds.decode.describe()};
   results.settings = settings;
@@ -129,6 +146,7 @@ void evaluate(const EvaluateArgs& a) {
   options.page_size = a.page_size;
   options.prefill_chunk = a.prefill_chunk;
   options.thresholds = thresholds;
+  options.dtype = dtype;
   Engine engine(file, model, options);
   results.gpu = gpu_name();
   results.git_revision = git_revision();
@@ -144,8 +162,10 @@ void evaluate(const EvaluateArgs& a) {
     std::cout << "wrote " << a.save_results << '\n';
   }
   if (results.gate && !results.gate->pass) {
-    throw CommandFailed("the gate failed: '" + results.label + "' drops more than " +
-                            std::to_string(a.max_drop) + " below '" + baseline->label + "'",
+    char drop[32];
+    std::snprintf(drop, sizeof drop, "%g", a.max_drop);
+    throw CommandFailed("the gate failed: '" + results.label + "' drops more than " + drop +
+                            " below '" + baseline->label + "'",
                         2);
   }
 }
@@ -191,6 +211,9 @@ void add_evaluate(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--prefill-chunk", a->prefill_chunk,
                   "Prefill prompts in chunks of this many tokens (0: whole)")
+      ->capture_default_str();
+  sub->add_option("--dtype", a->dtype,
+                  "16-bit type of the weights, activations and KV cache: fp16 or bf16")
       ->capture_default_str();
   sub->callback([a] { evaluate(*a); });
 }

@@ -47,6 +47,7 @@ struct PriceArgs {
   std::uint64_t seed = 0;
   std::string corpus_dir;
   int page_size = 64;
+  std::string dtype = "fp16";
 };
 
 [[noreturn]] void fail(const std::string& what) { throw std::invalid_argument(what); }
@@ -59,7 +60,9 @@ struct ArmPlan {
 
 std::string file_label(const std::string& label) {
   std::string s;
-  for (char c : label) s += c == '%' ? std::string("pct") : c == ' ' ? std::string("_") : std::string(1, c);
+  for (char c : label) {
+    s += c == '%' ? std::string("pct") : c == ' ' ? std::string("_") : std::string(1, c);
+  }
   return s;
 }
 
@@ -107,6 +110,10 @@ std::vector<ArmPlan> plan_arms(const PerPhase<std::optional<PhaseCalibration>>& 
         for (double t : tiers) have += (have.empty() ? "" : ", ") + format_percent(t);
         fail("--tiers: " + w + " is not calibrated (the checkpoint has " +
              (have.empty() ? "none" : have) + ")");
+      }
+      if (std::any_of(picked.begin(), picked.end(),
+                      [&](double t) { return std::abs(t - x) <= kTierTolerance; })) {
+        fail("--tiers: " + w + " is given twice");
       }
       picked.push_back(x);
     }
@@ -166,6 +173,7 @@ void price(const PriceArgs& a) {
   if (a.repeats < 1) fail("--repeats must be >= 1");
   if (a.samples < 1) fail("--samples must be >= 1");
   if (a.text_windows < 1) fail("--text-windows must be >= 1 (the price list has perplexities)");
+  const DType dtype = parse_engine_dtype(a.dtype);
   std::error_code ec;
   if (fs::exists(a.work_dir, ec) && !fs::is_directory(a.work_dir, ec)) {
     fail("--work-dir " + a.work_dir + ": exists and is not a directory");
@@ -176,7 +184,8 @@ void price(const PriceArgs& a) {
   const PerPhase<std::optional<PhaseCalibration>> cal =
       calibration_from_checkpoint(checkpoint, config_path);
   if (!cal.prefill && !cal.decode) {
-    fail(config_path + ": no calibrated tiers (skip_softmax_<phase>_scale_tables); run "
+    fail(config_path +
+         ": no calibrated tiers (skip_softmax_<phase>_scale_tables); run "
          "skipsoftmax calibrate first");
   }
   std::vector<ArmPlan> plans = plan_arms(cal, a.tiers);
@@ -208,10 +217,10 @@ void price(const PriceArgs& a) {
   p.lengths = a.lengths;
   p.accuracy_lengths = a.accuracy_lengths;
   for (RulerTask t : settings.tasks) p.tasks.push_back(to_string(t));
-  p.setup = {{"dtype", "bf16"},
+  p.setup = {{"dtype", engine_dtype_name(dtype)},
              {"batch", 1},
-             {"heads", std::to_string(model.heads_q) + " query / " +
-                           std::to_string(model.heads_kv) + " KV"},
+             {"heads",
+              std::to_string(model.heads_q) + " query / " + std::to_string(model.heads_kv) + " KV"},
              {"head_dim", model.head_dim},
              {"decode_tokens", a.decode_tokens},
              {"repeats", a.repeats},
@@ -228,6 +237,7 @@ void price(const PriceArgs& a) {
     EngineOptions options;
     options.page_size = a.page_size;
     options.thresholds = {config.phases.prefill.threshold, config.phases.decode.threshold};
+    options.dtype = dtype;
     Engine engine(file, model, options);
     p.gpu = gpu_name();
     std::fprintf(stderr, "price: arm %s (prefill %s; decode %s)\n", label.c_str(),
@@ -242,9 +252,9 @@ void price(const PriceArgs& a) {
                                                       : EvalArm::kBoth;
     eval.model = p.model_name;
     eval.weights_sha256 = config.weights->sha256;
+    eval.dtype = engine_dtype_name(dtype);
     eval.engine_dir = fs::absolute(engine_dir).lexically_normal().string();
-    eval.thresholds = {options.thresholds.prefill.describe(),
-                       options.thresholds.decode.describe()};
+    eval.thresholds = {options.thresholds.prefill.describe(), options.thresholds.decode.describe()};
     eval.gpu = p.gpu;
     eval.git_revision = p.git_revision;
     eval.command = p.command;
@@ -277,6 +287,8 @@ void price(const PriceArgs& a) {
         const LengthResult r = runner.evaluate(engine, settings, length, "  " + label);
         eval.results.push_back(r);
         if (plan.arm.dense() && !(r.score > 0.0)) {
+          // What was evaluated, as a file evaluate can read back: the lengths done so far.
+          eval.settings.lengths.resize(eval.results.size());
           write_json_file(work / ("evaluate_" + file_label(label) + ".json"),
                           evaluation_to_json(eval));
           fail("the dense engine scores 0 on every task at length " + std::to_string(length) +
@@ -337,6 +349,9 @@ void add_price(CLI::App& app) {
                   "Directory of the books (default $SKIPSOFTMAX_CORPUS_DIR or "
                   "/work/shared/corpora)");
   sub->add_option("--page-size", a->page_size, "Tokens per KV-cache page (16 to 128)")
+      ->capture_default_str();
+  sub->add_option("--dtype", a->dtype,
+                  "16-bit type of the weights, activations and KV cache: fp16 or bf16")
       ->capture_default_str();
   sub->callback([a] { price(*a); });
 }

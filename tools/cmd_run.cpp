@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "engine.h"
 #include "engine_io.h"
+#include "eval_runner.h"
 #include "file_io.h"
 #include "model_text.h"
 #include "skipsoftmax/config.h"
@@ -36,9 +37,7 @@ struct RunArgs {
 void run(const RunArgs& a) {
   if (a.max_new_tokens < 1) throw std::invalid_argument("--max-new-tokens must be >= 1");
   if (a.prefill_chunk < 0) throw std::invalid_argument("--prefill-chunk must be >= 0");
-  if (a.dtype != "fp16" && a.dtype != "bf16") {
-    throw std::invalid_argument("--dtype " + a.dtype + ": expected fp16 or bf16");
-  }
+  const DType dtype = parse_engine_dtype(a.dtype);
   const EngineConfig config = load_engine_config(a.engine_dir);
   if (!config.weights) {
     throw std::invalid_argument(
@@ -82,7 +81,7 @@ void run(const RunArgs& a) {
   options.prefill_chunk = a.prefill_chunk;
   options.thresholds = {config.phases.prefill.threshold, config.phases.decode.threshold};
   options.time_attention = a.time_attention;
-  options.dtype = a.dtype == "bf16" ? DType::kBF16 : DType::kF16;
+  options.dtype = dtype;
   Engine engine(file, model, options);
   const GenerationReport report = engine.generate(batch, text.eos());
 

@@ -58,6 +58,14 @@ std::string gpu_name() {
 
 std::string git_revision() { return SKIPSOFTMAX_GIT_REVISION; }
 
+DType parse_engine_dtype(const std::string& text) {
+  if (text == "fp16") return DType::kF16;
+  if (text == "bf16") return DType::kBF16;
+  throw std::invalid_argument("--dtype " + text + ": expected fp16 or bf16");
+}
+
+const char* engine_dtype_name(DType dtype) { return dtype == DType::kF16 ? "fp16" : "bf16"; }
+
 EvalRunner::EvalRunner(const gguf::File& file, const std::filesystem::path& corpus_dir)
     : tokenizer_(load_tokenizer(file)),
       corpus_(corpus_dir, CorpusSplit::kEvaluation, prompt_tokenizer(tokenizer_)),
@@ -131,14 +139,21 @@ LengthResult EvalRunner::evaluate(Engine& engine, const EvalSettings& s, std::in
     const ForwardResult f = engine.forward({texts.begin() + static_cast<std::ptrdiff_t>(first),
                                             texts.begin() + static_cast<std::ptrdiff_t>(last)},
                                            o);
-    for (const std::vector<float>& lp : f.logprobs) {
-      for (float x : lp) nll -= x;
-      r.perplexity_tokens += static_cast<std::int64_t>(lp.size());
+    for (std::size_t w = 0; w < f.logprobs.size(); ++w) {
+      for (float x : f.logprobs[w]) {
+        if (!std::isfinite(x)) {
+          throw std::runtime_error("length " + std::to_string(length) + ", perplexity text " +
+                                   std::to_string(first + w) +
+                                   ": a log-probability is not finite (the engine's output is "
+                                   "broken)");
+        }
+        nll -= x;
+      }
+      r.perplexity_tokens += static_cast<std::int64_t>(f.logprobs[w].size());
     }
   }
-  r.perplexity = r.perplexity_tokens > 0
-                     ? std::exp(nll / static_cast<double>(r.perplexity_tokens))
-                     : 0.0;
+  r.perplexity =
+      r.perplexity_tokens > 0 ? std::exp(nll / static_cast<double>(r.perplexity_tokens)) : 0.0;
   std::fprintf(stderr, ", perplexity %.3f over %lld tokens\n", r.perplexity,
                static_cast<long long>(r.perplexity_tokens));
   return r;
@@ -146,6 +161,8 @@ LengthResult EvalRunner::evaluate(Engine& engine, const EvalSettings& s, std::in
 
 Latency measure_latency(Engine& engine, const std::vector<std::int32_t>& prompt, int new_tokens,
                         int repeats) {
+  if (new_tokens < 2) throw std::invalid_argument("measure_latency: TPOT needs 2 new tokens");
+  if (repeats < 1) throw std::invalid_argument("measure_latency: repeats must be >= 1");
   const std::vector<GenerationRequest> request = {{prompt, new_tokens}};
   constexpr std::int32_t kNoEos = -1;  // every run generates all its tokens
   engine.generate(request, kNoEos);
@@ -164,8 +181,7 @@ Latency measure_latency(Engine& engine, const std::vector<std::int32_t>& prompt,
   l.attention_ms = timed.attention_ms;
   l.phase_ms = {timed.prefill_ms, timed.decode_ms};
   for (Phase phase : kPhases) {
-    l.tiles[phase] = {timed.results[0].tiles[phase].visited,
-                      timed.results[0].tiles[phase].skipped};
+    l.tiles[phase] = {timed.results[0].tiles[phase].visited, timed.results[0].tiles[phase].skipped};
   }
   return l;
 }

@@ -12,6 +12,7 @@
 #include "evaluation.h"
 #include "gguf.h"
 #include "ruler.h"
+#include "skipsoftmax/prefill.h"
 #include "tokenizer.h"
 
 namespace skipsoftmax::cli {
@@ -22,6 +23,11 @@ std::string gpu_name();
 // The revision the tool was built from (git describe at configure time).
 std::string git_revision();
 
+// "fp16" or "bf16" (the --dtype flags) to the engine's storage type; throws std::invalid_argument
+// for anything else.
+DType parse_engine_dtype(const std::string& text);
+const char* engine_dtype_name(DType dtype);
+
 class EvalRunner {
  public:
   // Reads the evaluation split of the corpus and the model's tokenizer. Throws std::runtime_error
@@ -29,7 +35,8 @@ class EvalRunner {
   EvalRunner(const gguf::File& file, const std::filesystem::path& corpus_dir);
 
   // The task scores and the perplexity of `engine` at `length`, with the skip statistics of all
-  // its requests. Prints progress to stderr, prefixed by `label`.
+  // its requests. Prints progress to stderr, prefixed by `label`. Throws std::runtime_error when a
+  // log-probability is not finite.
   LengthResult evaluate(Engine& engine, const EvalSettings& settings, std::int64_t length,
                         const std::string& label);
 
@@ -44,15 +51,16 @@ class EvalRunner {
 };
 
 struct Latency {
-  double ttft_ms = 0.0;  // median over the repeats
-  double tpot_ms = 0.0;  // median over the repeats
+  double ttft_ms = 0.0;           // median over the repeats
+  double tpot_ms = 0.0;           // median over the repeats
   PerPhase<double> attention_ms;  // one timed run: the attention kernels' time per phase
   PerPhase<double> phase_ms;      // the same run: each phase's wall time
   PerPhase<TileTotals> tiles;     // the same run
 };
 
 // Generates `new_tokens` tokens (EOS ignored) after `prompt` once to warm up, `repeats` times for
-// the latencies, and once more with the attention kernels timed by CUDA events.
+// the latencies, and once more with the attention kernels timed by CUDA events. Throws
+// std::invalid_argument unless new_tokens >= 2 and repeats >= 1.
 Latency measure_latency(Engine& engine, const std::vector<std::int32_t>& prompt, int new_tokens,
                         int repeats);
 

@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <exception>
-#include <string>
 #include <iostream>
+#include <string>
 #include <utility>
 #include <vector>
 

@@ -78,8 +78,8 @@ __global__ void dequantize_kernel(const std::uint8_t* src, bits16* dst, std::int
                                   bool fp16) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < count;
        i += std::int64_t{gridDim.x} * blockDim.x) {
-    dst[i] = to_bits16(block_value<kType>(src + i / kValues * kBytes, static_cast<int>(i % kValues)),
-                       fp16);
+    dst[i] = to_bits16(
+        block_value<kType>(src + i / kValues * kBytes, static_cast<int>(i % kValues)), fp16);
   }
 }
 
@@ -114,8 +114,7 @@ void dequantize(GgmlType type, const void* src, bits16* dst, std::int64_t count,
   if (count <= 0) return;
   const bool fp16 = dtype == DType::kF16;
   if (count % gguf::block_values(type) != 0) {
-    throw std::invalid_argument("dequantize: " + std::to_string(count) +
-                                " values are not whole " +
+    throw std::invalid_argument("dequantize: " + std::to_string(count) + " values are not whole " +
                                 gguf::type_name(static_cast<std::uint32_t>(type)) + " blocks");
   }
   switch (type) {

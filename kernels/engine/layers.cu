@@ -15,7 +15,7 @@ namespace skipsoftmax::engine {
 namespace {
 
 constexpr int kNormThreads = 256;
-constexpr int kArgmaxThreads = 1024;
+constexpr int kRowThreads = 1024;  // a block per vocabulary row (argmax, log-softmax)
 constexpr int kMaxWarps = 32;
 constexpr int kElementwiseThreads = 256;
 // Enough blocks to fill the GPU; the grid-stride loops cover the rest.
@@ -78,7 +78,8 @@ __global__ void rms_norm_kernel(const float* x, const std::int32_t* rows, int hi
   const float* in = x + static_cast<std::int64_t>(r) * hidden;
   bits16* out = y + static_cast<std::int64_t>(blockIdx.x) * hidden;
   const float inv = inv_rms(in, hidden, eps);
-  for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = to_bits16(in[i] * inv * w[i], fp16);
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x)
+    out[i] = to_bits16(in[i] * inv * w[i], fp16);
 }
 
 __global__ void add_rms_norm_kernel(const float* y, int hidden, const float* w, float eps,
@@ -125,7 +126,7 @@ __global__ void qkv_rope_kernel(QkvArgs a) {
     const std::int64_t page =
         a.page_table[static_cast<std::int64_t>(a.seq_row[t]) * a.max_pages + pos / a.page_size];
     bits16* cache = (is_k ? a.k_pages : a.v_pages) +
-                       ((page * a.page_size + pos % a.page_size) * a.heads_kv + kv_head) * d;
+                    ((page * a.page_size + pos % a.page_size) * a.heads_kv + kv_head) * d;
     cache[lo] = b0;
     cache[hi] = b1;
   }
@@ -215,7 +216,7 @@ void embed_tokens(const std::int32_t* tokens, int num_tokens, const bits16* tabl
                   float scale, float* x, cudaStream_t stream, DType dtype) {
   if (num_tokens == 0) return;
   embed_kernel<<<num_tokens, kNormThreads, 0, stream>>>(tokens, table, hidden, scale, x,
-                                                       dtype == DType::kF16);
+                                                        dtype == DType::kF16);
   check_launch("embed_tokens");
 }
 
@@ -223,7 +224,7 @@ void rms_norm(const float* x, const std::int32_t* rows, int num_rows, int hidden
               float eps, bits16* y, cudaStream_t stream, DType dtype) {
   if (num_rows == 0) return;
   rms_norm_kernel<<<num_rows, kNormThreads, 0, stream>>>(x, rows, hidden, w, eps, y,
-                                                          dtype == DType::kF16);
+                                                         dtype == DType::kF16);
   check_launch("rms_norm");
 }
 
@@ -250,9 +251,8 @@ void gated_activation(const float* gate_up, int num_tokens, int ffn, Activation 
                       cudaStream_t stream, DType dtype) {
   const std::int64_t n = static_cast<std::int64_t>(num_tokens) * ffn;
   if (n == 0) return;
-  gated_activation_kernel<<<grid_for(n), kElementwiseThreads, 0, stream>>>(gate_up, num_tokens, ffn,
-                                                                           act, h,
-                                                                           dtype == DType::kF16);
+  gated_activation_kernel<<<grid_for(n), kElementwiseThreads, 0, stream>>>(
+      gate_up, num_tokens, ffn, act, h, dtype == DType::kF16);
   check_launch("gated_activation");
 }
 
@@ -264,14 +264,14 @@ void soft_cap(float* x, std::int64_t n, float cap, cudaStream_t stream) {
 
 void argmax_rows(const float* logits, int rows, int vocab, std::int32_t* out, cudaStream_t stream) {
   if (rows == 0) return;
-  argmax_kernel<<<rows, kArgmaxThreads, 0, stream>>>(logits, vocab, out);
+  argmax_kernel<<<rows, kRowThreads, 0, stream>>>(logits, vocab, out);
   check_launch("argmax_rows");
 }
 
 void target_logprobs(const float* logits, int rows, int vocab, const std::int32_t* targets,
                      float* out, cudaStream_t stream) {
   if (rows == 0) return;
-  target_logprob_kernel<<<rows, kArgmaxThreads, 0, stream>>>(logits, vocab, targets, out);
+  target_logprob_kernel<<<rows, kRowThreads, 0, stream>>>(logits, vocab, targets, out);
   check_launch("target_logprobs");
 }
 

@@ -54,7 +54,7 @@ struct QkvArgs {
   const float* k_norm = nullptr;            // [head_dim] or null
   float eps = 0.f;
   RopePairs pairs = RopePairs::kAdjacent;
-  float rope_base = 10000.f;  // theta_i = position * rope_base^(-2i / head_dim)
+  float rope_base = 10000.f;   // theta_i = position * rope_base^(-2i / head_dim)
   DType dtype = DType::kBF16;  // of q, k, v and the cache
   bits16* q = nullptr;         // [tokens, heads_q, head_dim]
   bits16* k = nullptr;         // [tokens, heads_kv, head_dim]

@@ -98,18 +98,18 @@ struct Engine::Impl {
   std::vector<std::vector<std::int32_t>> seq_pages;  // the pages of each sequence, in order
 
   // Step buffers, grown to the largest step (sizes in the comments, T tokens, B parts).
-  DeviceBuffer meta;     // StepMeta::host
-  DeviceBuffer x;        // [T, hidden] fp32, the residual stream
-  DeviceBuffer xn;       // [T, hidden] 16-bit, normalized
-  DeviceBuffer qkv;      // [T, (heads_q + 2 heads_kv) head_dim] fp32
-  DeviceBuffer q, k, v;  // [T, heads, head_dim] 16-bit
-  DeviceBuffer attn;     // [T, heads_q head_dim] 16-bit
-  DeviceBuffer proj;     // [T, hidden] fp32 (Gemma's post-norms)
-  DeviceBuffer gate_up;  // [T, 2 ffn] fp32
-  DeviceBuffer act;      // [T, ffn] 16-bit
-  DeviceBuffer logits;   // [rows, vocab] fp32
-  DeviceBuffer next;     // [B] int32
-  DeviceBuffer stats;    // [B][2] u64
+  DeviceBuffer meta;      // StepMeta::host
+  DeviceBuffer x;         // [T, hidden] fp32, the residual stream
+  DeviceBuffer xn;        // [T, hidden] 16-bit, normalized
+  DeviceBuffer qkv;       // [T, (heads_q + 2 heads_kv) head_dim] fp32
+  DeviceBuffer q, k, v;   // [T, heads, head_dim] 16-bit
+  DeviceBuffer attn;      // [T, heads_q head_dim] 16-bit
+  DeviceBuffer proj;      // [T, hidden] fp32 (Gemma's post-norms)
+  DeviceBuffer gate_up;   // [T, 2 ffn] fp32
+  DeviceBuffer act;       // [T, ffn] 16-bit
+  DeviceBuffer logits;    // [rows, vocab] fp32
+  DeviceBuffer next;      // [B] int32
+  DeviceBuffer stats;     // [B][2] u64
   DeviceBuffer targets;   // [T] int32, Logits::kTargets
   DeviceBuffer logprobs;  // [T] fp32, Logits::kTargets
   DeviceBuffer decode_workspace;
@@ -292,11 +292,10 @@ void Engine::Impl::linear(const void* in, int rows, int in_features, const void*
   // column-major [in, out], hence the transpose.
   const float alpha = 1.f;
   const cudaDataType_t type = options.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
-  check_cublas(
-      cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features, &alpha, w,
-                   type, in_features, in, type, in_features, &beta, y, CUDA_R_32F,
-                   out_features, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-      "cublasGemmEx");
+  check_cublas(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features,
+                            &alpha, w, type, in_features, in, type, in_features, &beta, y,
+                            CUDA_R_32F, out_features, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
 }
 
 cudaEvent_t Engine::Impl::next_event() {
@@ -386,8 +385,8 @@ void Engine::Impl::layer(int l, const StepMeta& m, StepKind kind) {
   const int q_width = config.heads_q * config.head_dim;
   const int qkv_width = (config.heads_q + 2 * config.heads_kv) * config.head_dim;
   const auto eps = static_cast<float>(config.rms_eps);
-  engine::rms_norm(x.as<float>(), nullptr, t, hidden, w.attn_norm.as<float>(), eps,
-                   xn.as<bits16>(), stream, options.dtype);
+  engine::rms_norm(x.as<float>(), nullptr, t, hidden, w.attn_norm.as<float>(), eps, xn.as<bits16>(),
+                   stream, options.dtype);
   linear(xn.as(), t, hidden, w.qkv.as(), qkv_width, qkv.as<float>(), 0.f);
 
   engine::QkvArgs a;
@@ -469,8 +468,8 @@ StepOut Engine::Impl::run_step(const std::vector<Part>& parts,
   out.k.resize(capture_layers.size());
   out.v.resize(capture_layers.size());
   const int t = m.num_tokens;
-  engine::embed_tokens(meta_at(m.tokens), t, weights.embed.as<bits16>(), config.hidden,
-                       embed_scale, x.as<float>(), stream, options.dtype);
+  engine::embed_tokens(meta_at(m.tokens), t, weights.embed.as<bits16>(), config.hidden, embed_scale,
+                       x.as<float>(), stream, options.dtype);
   const std::size_t q_elems = std::size_t(t) * config.heads_q * config.head_dim;
   const std::size_t kv_elems = std::size_t(t) * config.heads_kv * config.head_dim;
   for (int l = 0; l < config.layers; ++l) {
@@ -692,6 +691,10 @@ ForwardResult Engine::forward(const std::vector<std::vector<std::int32_t>>& prom
                                               : Logits::kLast;
   result.logprobs.resize(prompts.size());
   im.targets_of = &prompts;
+  struct ClearTargets {  // targets_of must not outlive this call, also when a step throws
+    const std::vector<std::vector<std::int32_t>>*& p;
+    ~ClearTargets() { p = nullptr; }
+  } clear_targets{im.targets_of};
   const auto append_rows = [](std::vector<float>& to, const std::vector<float>& from,
                               std::size_t row, std::size_t first, std::size_t count) {
     to.insert(to.end(), from.begin() + static_cast<std::ptrdiff_t>(first * row),
@@ -724,7 +727,6 @@ ForwardResult Engine::forward(const std::vector<std::vector<std::int32_t>>& prom
                  first += len;
                }
              });
-  im.targets_of = nullptr;
   return result;
 }
 

@@ -43,8 +43,7 @@ class Loader {
     const std::vector<std::uint8_t> raw = file_.read_bytes(t);
     ensure_bytes(staging_, raw.size(), nullptr);
     upload(raw, staging_.as(), stream_);
-    dequantize(t.type, staging_.as(), dst.as<bits16>() + row0 * cols, rows * cols, stream_,
-               dtype_);
+    dequantize(t.type, staging_.as(), dst.as<bits16>() + row0 * cols, rows * cols, stream_, dtype_);
     // raw and staging are reused by the next tensor: wait for this one.
     check_cuda(cudaStreamSynchronize(stream_), "dequantize");
   }

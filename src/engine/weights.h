@@ -14,12 +14,12 @@
 namespace skipsoftmax::engine {
 
 struct LayerWeights {
-  DeviceBuffer qkv;        // [(heads_q + 2 heads_kv) head_dim, hidden] 16-bit: Q rows, K rows, V rows
-  DeviceBuffer o;          // [hidden, heads_q head_dim] 16-bit
-  DeviceBuffer gate_up;    // [2 ffn, hidden] 16-bit: gate rows, then up rows
-  DeviceBuffer down;       // [hidden, ffn] 16-bit
-  DeviceBuffer attn_norm;  // [hidden] fp32
-  DeviceBuffer ffn_norm;   // [hidden] fp32
+  DeviceBuffer qkv;      // [(heads_q + 2 heads_kv) head_dim, hidden] 16-bit: Q rows, K rows, V rows
+  DeviceBuffer o;        // [hidden, heads_q head_dim] 16-bit
+  DeviceBuffer gate_up;  // [2 ffn, hidden] 16-bit: gate rows, then up rows
+  DeviceBuffer down;     // [hidden, ffn] 16-bit
+  DeviceBuffer attn_norm;       // [hidden] fp32
+  DeviceBuffer ffn_norm;        // [hidden] fp32
   DeviceBuffer post_attn_norm;  // [hidden] fp32, Gemma 3 only
   DeviceBuffer post_ffn_norm;   // [hidden] fp32, Gemma 3 only
   DeviceBuffer q_norm;          // [head_dim] fp32, Gemma 3 only

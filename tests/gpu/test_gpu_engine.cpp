@@ -193,10 +193,11 @@ TEST_P(GpuEngine, LogitsAndCapturesMatchTheCpuForward) {
     const ForwardResult gpu = e.forward({tokens}, {.capture_layers = layers, .all_logits = true});
     ASSERT_EQ(gpu.logits[0].size(), cpu.logits.size());
     const LogitComparison c = compare_logits(gpu.logits[0], cpu.logits, m.config.vocab);
-    std::printf("%s, %s, %zu tokens: top-1 agreement %.4f, max |logit diff| %.4f (max |logit| "
-                "%.2f)\n",
-                GetParam().name, fp16 ? "fp16" : "bf16", tokens.size(), c.top1_agreement,
-                c.max_abs_diff, c.max_abs_ref);
+    std::printf(
+        "%s, %s, %zu tokens: top-1 agreement %.4f, max |logit diff| %.4f (max |logit| "
+        "%.2f)\n",
+        GetParam().name, fp16 ? "fp16" : "bf16", tokens.size(), c.top1_agreement, c.max_abs_diff,
+        c.max_abs_ref);
     // 16-bit weights and activations against float32: near-ties of a small model flip under the
     // rounding. bf16 (H200, 874ad63+): SmolLM2 98.83%, max diff 0.87 of 41.8; Gemma 3 99.06%,
     // 1.55 of 58.0. fp16 keeps 3 more mantissa bits.
@@ -329,8 +330,7 @@ TEST_P(GpuEngine, SkipEngineWithAnUnreachableTableGeneratesTheDenseText) {
 // returns, for whole and chunked prompts (a chunk's last token is scored, a prompt's is not).
 TEST_P(GpuEngine, TargetLogprobsMatchTheLogits) {
   const Model& m = *model_;
-  const std::vector<std::vector<std::int32_t>> prompts = {head(m.tokens, 300),
-                                                          head(m.tokens, 77)};
+  const std::vector<std::vector<std::int32_t>> prompts = {head(m.tokens, 300), head(m.tokens, 77)};
   for (int chunk : {0, 128}) {
     Engine e = engine(64, chunk);
     ForwardOptions all;
@@ -376,7 +376,9 @@ class GpuEngineTool : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
   fs::path ckpt() const { return dir_ / "ckpt"; }
-  void write_config(const std::string& text) const { std::ofstream(ckpt() / "config.json") << text; }
+  void write_config(const std::string& text) const {
+    std::ofstream(ckpt() / "config.json") << text;
+  }
   // The tool's exit status (output discarded).
   int tool(const std::string& args) const {
     const fs::path exe =
@@ -425,11 +427,11 @@ TEST_F(GpuEngineTool, EvaluateAndGate) {
   const std::string model_dir = ckpt().string();
   ASSERT_EQ(tool("export " + model_dir + " " + (dir / "dense").string()), 0);
   ASSERT_EQ(tool("export " + model_dir + " " + (dir / "flat").string() +
-               " --skip-softmax-prefill-threshold 0.5 --skip-softmax-decode-threshold 0.5"),
+                 " --skip-softmax-prefill-threshold 0.5 --skip-softmax-decode-threshold 0.5"),
             0);
   const auto evaluate = [&](const std::string& engine, const std::string& extra) {
     return tool("evaluate --model-dir " + model_dir + " --engine-dir " + (dir / engine).string() +
-              " --max-context 2048 --lengths 1024 2048 --samples 2 --text-windows 1 " + extra);
+                " --max-context 2048 --lengths 1024 2048 --samples 2 --text-windows 1 " + extra);
   };
   ASSERT_EQ(evaluate("dense", "--save-results " + (dir / "dense.json").string()), 0);
   const EvalResults dense = read_evaluation_file(dir / "dense.json");
