@@ -801,6 +801,65 @@ PerPhase<std::optional<PhaseCalibration>> calibration_from_checkpoint(
   return out;
 }
 
+std::vector<PriceArmPlan> plan_price_arms(const PerPhase<std::optional<PhaseCalibration>>& cal,
+                                          const std::vector<std::string>& wanted) {
+  std::vector<PriceArmPlan> plans;
+  PriceArmPlan dense;
+  for (Phase phase : kPhases) dense.flags[phase].scale_table = TableFlag{"none", ScaleTable()};
+  plans.push_back(dense);
+  std::vector<double> tiers;
+  for (Phase phase : kPhases) {
+    if (!cal[phase]) continue;
+    for (const LadderTier& t : cal[phase]->ladder) {
+      if (std::none_of(tiers.begin(), tiers.end(),
+                       [&](double x) { return std::abs(x - t.sparsity) <= kTierTolerance; })) {
+        tiers.push_back(t.sparsity);
+      }
+    }
+  }
+  std::sort(tiers.begin(), tiers.end());
+  if (!wanted.empty()) {
+    std::vector<double> picked;
+    for (const std::string& w : wanted) {
+      const double x = parse_target_sparsity(w);
+      if (std::none_of(tiers.begin(), tiers.end(),
+                       [&](double t) { return std::abs(t - x) <= kTierTolerance; })) {
+        std::string have;
+        for (double t : tiers) have += (have.empty() ? "" : ", ") + format_percent(t);
+        throw std::invalid_argument("--tiers: " + w + " is not calibrated (the checkpoint has " +
+                                    (have.empty() ? "none" : have) + ")");
+      }
+      if (std::any_of(picked.begin(), picked.end(),
+                      [&](double t) { return std::abs(t - x) <= kTierTolerance; })) {
+        throw std::invalid_argument("--tiers: " + w + " is given twice");
+      }
+      picked.push_back(x);
+    }
+    std::sort(picked.begin(), picked.end());
+    tiers = picked;
+  }
+  for (double sparsity : tiers) {
+    PriceArmPlan p;
+    PerPhase<bool> has{};
+    for (Phase phase : kPhases) {
+      const LadderTier* t = cal[phase] ? cal[phase]->find_tier(sparsity) : nullptr;
+      has[phase] = t != nullptr;
+      if (t) {
+        p.flags[phase].target_sparsity = t->key;
+        if (!p.arm.tier) p.arm.tier = t->key;  // as the first phase that has it spells it
+      } else {
+        p.flags[phase].scale_table = TableFlag{"none", ScaleTable()};
+      }
+    }
+    p.arm.skip = has.prefill && has.decode ? SkipScope::kBoth
+                 : has.prefill             ? SkipScope::kPrefill
+                                           : SkipScope::kDecode;
+    p.arm.tier_sparsity = sparsity;
+    plans.push_back(p);
+  }
+  return plans;
+}
+
 ordered_json price_summary_json(const PriceList& p, const std::string& price_file) {
   ordered_json arms = ordered_json::array();
   for (const PriceArm& arm : p.arms) {

@@ -167,6 +167,20 @@ void validate_price(const PriceList& price, const std::string& context);
 PerPhase<std::optional<PhaseCalibration>> calibration_from_checkpoint(
     const CheckpointConfig& checkpoint, const std::string& context);
 
+// One arm `skipsoftmax price` measures: its scope and tier (no points yet), and the export flags
+// that build its engine from the checkpoint.
+struct PriceArmPlan {
+  PriceArm arm;
+  PerPhase<PhaseFlags> flags;
+};
+
+// The arms to price: dense first (both phases "none"), then each tier, by increasing sparsity,
+// skipping in the phases whose ladder has it (the other phase "none"). `wanted` (--tiers, "75%" or
+// 0.75) picks tiers; empty: every tier. Throws std::invalid_argument for a tier not calibrated (the
+// message lists those there are) or given twice.
+std::vector<PriceArmPlan> plan_price_arms(const PerPhase<std::optional<PhaseCalibration>>& cal,
+                                          const std::vector<std::string>& wanted);
+
 // The compact form `skipsoftmax price` records in the checkpoint config (kPriceListKey): per arm
 // and length the latencies, speedups and sparsities, the accuracy ratios, the recommendations, and
 // where the full price list is.

@@ -347,3 +347,50 @@ TEST(PriceCheckpoint, SummaryIsRecordedAsAnInformationalKey) {
 
 }  // namespace
 }  // namespace skipsoftmax
+
+namespace skipsoftmax {
+namespace {
+
+PhaseCalibration ladder_of(std::initializer_list<const char*> keys) {
+  PhaseCalibration c;
+  double s = 1.0;
+  for (const char* k : keys) {
+    c.ladder.push_back({k, parse_target_sparsity(k), ScaleTable({{4096, s}})});
+    s *= 2.0;
+  }
+  return c;
+}
+
+// Dense first; a tier both ladders have skips both phases, one only a phase has skips that phase
+// and runs the other dense; --tiers picks, in order of sparsity, and refuses unknown or repeated
+// tiers before any measurement.
+TEST(PricePlan, ArmsFollowTheLadders) {
+  PerPhase<std::optional<PhaseCalibration>> cal;
+  cal.prefill = ladder_of({"50%", "75%"});
+  cal.decode = ladder_of({"0.75", "80%"});
+  const std::vector<PriceArmPlan> all = plan_price_arms(cal, {});
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_TRUE(all[0].arm.dense());
+  EXPECT_EQ(all[0].flags.prefill.scale_table->spelled, "none");
+  EXPECT_EQ(all[0].flags.decode.scale_table->spelled, "none");
+  EXPECT_EQ(all[1].arm.skip, SkipScope::kPrefill);
+  EXPECT_EQ(all[1].arm.tier, "50%");
+  EXPECT_EQ(all[1].flags.prefill.target_sparsity, "50%");
+  EXPECT_TRUE(all[1].flags.decode.scale_table);
+  EXPECT_EQ(all[2].arm.skip, SkipScope::kBoth);  // "75%" and "0.75" are one tier
+  EXPECT_EQ(all[2].arm.tier, "75%");
+  EXPECT_DOUBLE_EQ(all[2].arm.tier_sparsity, 0.75);
+  EXPECT_EQ(all[2].flags.decode.target_sparsity, "0.75");
+  EXPECT_EQ(all[3].arm.skip, SkipScope::kDecode);
+
+  const std::vector<PriceArmPlan> picked = plan_price_arms(cal, {"80%", "0.5"});
+  ASSERT_EQ(picked.size(), 3u);
+  EXPECT_EQ(picked[1].arm.tier, "50%");
+  EXPECT_EQ(picked[2].arm.tier, "80%");
+  EXPECT_ERROR_HAS(plan_price_arms(cal, {"90%"}),
+                   "--tiers: 90% is not calibrated (the checkpoint has 50%, 75%, 80%)");
+  EXPECT_ERROR_HAS(plan_price_arms(cal, {"75%", "0.75"}), "--tiers: 0.75 is given twice");
+}
+
+}  // namespace
+}  // namespace skipsoftmax

@@ -52,12 +52,6 @@ struct PriceArgs {
 
 [[noreturn]] void fail(const std::string& what) { throw std::invalid_argument(what); }
 
-// One arm to measure: its label, scope and tier, and the flags that export its engine.
-struct ArmPlan {
-  PriceArm arm;
-  PerPhase<PhaseFlags> flags;
-};
-
 std::string file_label(const std::string& label) {
   std::string s;
   for (char c : label) {
@@ -80,66 +74,6 @@ std::string utc_date() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   return buf;
-}
-
-// Dense first, then each tier (by increasing sparsity) over the phases whose ladder has it.
-std::vector<ArmPlan> plan_arms(const PerPhase<std::optional<PhaseCalibration>>& cal,
-                               const std::vector<std::string>& wanted) {
-  std::vector<ArmPlan> plans;
-  ArmPlan dense;
-  for (Phase phase : kPhases) dense.flags[phase].scale_table = TableFlag{"none", ScaleTable()};
-  plans.push_back(dense);
-  std::vector<double> tiers;
-  for (Phase phase : kPhases) {
-    if (!cal[phase]) continue;
-    for (const LadderTier& t : cal[phase]->ladder) {
-      if (std::none_of(tiers.begin(), tiers.end(),
-                       [&](double x) { return std::abs(x - t.sparsity) <= kTierTolerance; })) {
-        tiers.push_back(t.sparsity);
-      }
-    }
-  }
-  std::sort(tiers.begin(), tiers.end());
-  if (!wanted.empty()) {
-    std::vector<double> picked;
-    for (const std::string& w : wanted) {
-      const double x = parse_target_sparsity(w);
-      if (std::none_of(tiers.begin(), tiers.end(),
-                       [&](double t) { return std::abs(t - x) <= kTierTolerance; })) {
-        std::string have;
-        for (double t : tiers) have += (have.empty() ? "" : ", ") + format_percent(t);
-        fail("--tiers: " + w + " is not calibrated (the checkpoint has " +
-             (have.empty() ? "none" : have) + ")");
-      }
-      if (std::any_of(picked.begin(), picked.end(),
-                      [&](double t) { return std::abs(t - x) <= kTierTolerance; })) {
-        fail("--tiers: " + w + " is given twice");
-      }
-      picked.push_back(x);
-    }
-    std::sort(picked.begin(), picked.end());
-    tiers = picked;
-  }
-  for (double sparsity : tiers) {
-    ArmPlan p;
-    PerPhase<bool> has{};
-    for (Phase phase : kPhases) {
-      const LadderTier* t = cal[phase] ? cal[phase]->find_tier(sparsity) : nullptr;
-      has[phase] = t != nullptr;
-      if (t) {
-        p.flags[phase].target_sparsity = t->key;
-        p.arm.tier = t->key;
-      } else {
-        p.flags[phase].scale_table = TableFlag{"none", ScaleTable()};
-      }
-    }
-    p.arm.skip = has.prefill && has.decode ? SkipScope::kBoth
-                 : has.prefill             ? SkipScope::kPrefill
-                                           : SkipScope::kDecode;
-    p.arm.tier_sparsity = sparsity;
-    plans.push_back(p);
-  }
-  return plans;
 }
 
 void check_lengths(const PriceArgs& a, const ModelConfig& model) {
@@ -188,7 +122,7 @@ void price(const PriceArgs& a) {
          ": no calibrated tiers (skip_softmax_<phase>_scale_tables); run "
          "skipsoftmax calibrate first");
   }
-  std::vector<ArmPlan> plans = plan_arms(cal, a.tiers);
+  std::vector<PriceArmPlan> plans = plan_price_arms(cal, a.tiers);
   const fs::path gguf_path = find_checkpoint_gguf(a.model_dir);
   const gguf::File file = gguf::File::open(gguf_path);
   const ModelConfig model = read_model_config(file);
@@ -229,7 +163,7 @@ void price(const PriceArgs& a) {
              {"perplexity_texts", a.text_windows}};
 
   std::vector<Latency> dense_latency;
-  for (ArmPlan& plan : plans) {
+  for (PriceArmPlan& plan : plans) {
     const std::string label = plan.arm.label();
     const fs::path engine_dir = work / "engines" / file_label(label);
     export_engine(a.model_dir, engine_dir, plan.flags);
