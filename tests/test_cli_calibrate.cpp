@@ -3,9 +3,7 @@
 // writes for an engine to capture, and a small CPU calibration of the real model (skipped while
 // the CPU forward pass is not in the build).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -17,17 +15,14 @@
 #include "npy.h"
 #include "synthetic.h"
 #include "test_util.h"
+#include "tool_run.h"
 
 namespace skipsoftmax {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct ToolRun {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using test::ToolRun;
 
 // A metadata-only GGUF of a Llama model (no tensors, no merges): enough for the flag checks that
 // read the model's shape and context length.
@@ -90,25 +85,10 @@ class CliCalibrate : public test::TempDirTest {
   static constexpr const char* kConfig =
       "{\"hidden_size\": 64, \"skip_softmax_prefill_scale_table\": [[512, 10]]}\n";
   fs::path model() const { return dir_ / "model"; }
-  static std::string q(const fs::path& p) {
-    std::string quoted = "'";
-    quoted += p.string();
-    quoted += '\'';
-    return quoted;
-  }
+  static std::string q(const fs::path& p) { return test::shell_quote(p); }
 
   ToolRun run(const std::string& args) const {
-    const fs::path err_file = dir_ / "stderr.txt";
-    const std::string cmd = q(SKIPSOFTMAX_TOOL) + " calibrate " + args + " 2>" + q(err_file);
-    ToolRun r;
-    FILE* pipe = popen(cmd.c_str(), "r");
-    if (!pipe) return r;
-    char buf[4096];
-    for (std::size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
-    const int status = pclose(pipe);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.err = read_text_file(err_file);
-    return r;
+    return test::run_tool("calibrate " + args, dir_ / "stderr.txt");
   }
 
   // Fails with `message`, and the checkpoint config is byte for byte what it was.
@@ -192,7 +172,8 @@ TEST_F(CliCalibrateSmolLM2, WritesThePromptsForAnEngineToCapture) {
     const NpyArray a = read_npy(dir_ / "prompts" / p["tokens"].get<std::string>());
     EXPECT_EQ(a.shape, (std::vector<std::int64_t>{bin + 15}));  // 16 decode steps
     const auto ids = to_int64_vector(a, "prompt");
-    // SmolLM2 asks for no BOS (tokenizer.ggml.add_bos_token), as the engine and transformers run it.
+    // SmolLM2 asks for no BOS (tokenizer.ggml.add_bos_token), as the engine and transformers run
+    // it.
     EXPECT_NE(ids.front(), 1);
     for (const auto& n : p["needles"]) EXPECT_LT(n["position"].get<std::int64_t>(), bin);
   }

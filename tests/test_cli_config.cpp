@@ -1,9 +1,7 @@
 // The export, inspect and schedule subcommands, run as the built tool on temporary directories:
 // exit codes, messages, and that a failing command leaves no output file behind.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +12,7 @@
 #include "file_io.h"
 #include "test_util.h"
 #include "tiny_gguf.h"
+#include "tool_run.h"
 
 namespace skipsoftmax {
 namespace {
@@ -31,11 +30,7 @@ constexpr const char* kCheckpoint = R"({
   "skip_softmax_decode_scale_tables": {"60%": [[64, 10]]}
 })";
 
-struct ToolRun {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using test::ToolRun;
 
 class Cli : public test::TempDirTest {
  protected:
@@ -52,22 +47,10 @@ class Cli : public test::TempDirTest {
     fs::create_directories(path.parent_path());
     std::ofstream(path) << text;
   }
-  static std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+  static std::string q(const fs::path& p) { return test::shell_quote(p); }
 
   // Runs `skipsoftmax <args>`; stdout and stderr come back separately.
-  ToolRun run(const std::string& args) const {
-    const fs::path err_file = dir_ / "stderr.txt";
-    const std::string cmd = q(SKIPSOFTMAX_TOOL) + " " + args + " 2>" + q(err_file);
-    ToolRun r;
-    FILE* pipe = popen(cmd.c_str(), "r");
-    if (!pipe) return r;
-    char buf[4096];
-    for (std::size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
-    const int status = pclose(pipe);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.err = read_text_file(err_file);
-    return r;
-  }
+  ToolRun run(const std::string& args) const { return test::run_tool(args, dir_ / "stderr.txt"); }
 
   ToolRun export_with(const std::string& flags) const {
     return run("export " + q(ckpt()) + " " + q(engine()) + " " + flags);

@@ -3,12 +3,10 @@
 // a real headless browser (Debian's chromium; the test skips where none is installed).
 #include <gtest/gtest.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +17,7 @@
 
 #include "file_io.h"
 #include "test_util.h"
+#include "tool_run.h"
 #include "xml_check.h"
 
 namespace skipsoftmax {
@@ -27,11 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct ToolRun {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using test::ToolRun;
 
 std::string fixture(const char* name) {
   return std::string(SKIPSOFTMAX_TEST_DATA) + "/price_fixture_" + name + ".json";
@@ -47,30 +42,15 @@ std::size_t count(const std::string& text, const std::string& what) {
 
 class ReportCli : public test::TempDirTest {
  protected:
-  static std::string q(const fs::path& p) {
-    std::string quoted = "'";  // built up: GCC 12 warns falsely (-Wrestrict) on "'" + s + "'"
-    quoted += p.string();
-    quoted += '\'';
-    return quoted;
-  }
+  static std::string q(const fs::path& p) { return test::shell_quote(p); }
 
   fs::path out() const { return dir_ / "report.html"; }
 
-  // Runs `command` through the shell; stdout and stderr come back separately.
   ToolRun shell(const std::string& command) const {
-    const fs::path err_file = dir_ / "stderr.txt";
-    ToolRun r;
-    FILE* pipe = popen((command + " 2>" + q(err_file)).c_str(), "r");
-    if (!pipe) return r;
-    char buf[4096];
-    for (std::size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
-    const int status = pclose(pipe);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.err = read_text_file(err_file);
-    return r;
+    return test::run_shell(command, dir_ / "stderr.txt");
   }
   ToolRun report(const std::string& args) const {
-    return shell(q(SKIPSOFTMAX_TOOL) + " report " + args);
+    return test::run_tool("report " + args, dir_ / "stderr.txt");
   }
   ToolRun report_of(const std::vector<std::string>& files, const std::string& extra = "") const {
     std::string args;

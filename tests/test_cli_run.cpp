@@ -2,9 +2,7 @@
 // reported with a clear message and a non-zero exit before any GPU work, a valid request stops at
 // the missing GPU, and no output is left behind. The engine itself is tested in tests/gpu/.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,6 +11,7 @@
 #include "file_io.h"
 #include "test_util.h"
 #include "tiny_gguf.h"
+#include "tool_run.h"
 
 namespace skipsoftmax {
 namespace {
@@ -20,11 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct ToolRun {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using test::ToolRun;
 
 class CliRun : public test::TempDirTest {
  protected:
@@ -51,25 +46,9 @@ class CliRun : public test::TempDirTest {
     fs::create_directories(path.parent_path());
     std::ofstream(path) << text;
   }
-  static std::string q(const fs::path& p) {
-    std::string quoted = "'";
-    quoted += p.string();
-    return quoted + "'";
-  }
+  static std::string q(const fs::path& p) { return test::shell_quote(p); }
 
-  ToolRun run(const std::string& args) const {
-    const fs::path err_file = dir_ / "stderr.txt";
-    const std::string cmd = q(SKIPSOFTMAX_TOOL) + " " + args + " 2>" + q(err_file);
-    ToolRun r;
-    FILE* pipe = popen(cmd.c_str(), "r");
-    if (!pipe) return r;
-    char buf[4096];
-    for (std::size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
-    const int status = pclose(pipe);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.err = read_text_file(err_file);
-    return r;
-  }
+  ToolRun run(const std::string& args) const { return test::run_tool(args, dir_ / "stderr.txt"); }
 
   std::string run_args(const std::string& extra = "") const {
     return "run --engine-dir " + q(engine()) + " --input-file " + q(input()) + " --output-file " +
