@@ -52,6 +52,20 @@ class DeviceBuffer {
   std::size_t bytes_;
 };
 
+// Relative L2 error of a against the reference.
+inline double rel_l2(const std::vector<double>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// Usual bounds of the precision on rel_l2 against float64: P is rounded to the input type
+// before P V.
+inline double tolerance(DType t) { return t == DType::kBF16 ? 1e-2 : 2e-3; }
+
 inline std::uint16_t nan_bits(DType t) { return t == DType::kBF16 ? 0x7fc0 : 0x7e00; }
 
 // A ragged batch: each sequence is a synthetic real-structure sequence of kv_len tokens whose

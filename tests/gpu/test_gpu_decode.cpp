@@ -22,6 +22,8 @@ namespace {
   if (!hopper_gpu_available()) GTEST_SKIP() << "no Hopper GPU on this machine"
 
 using gpu::nan_bits;
+using gpu::rel_l2;
+using gpu::tolerance;
 
 bool compiled(DType t, int dim) {
   DecodeArguments probe;
@@ -153,17 +155,6 @@ AttentionStats run_cpu(const Case& c, const Threshold& th, int splits, std::vect
   out.assign(c.q.size(), 0.0);
   return reference_decode(p, o, out.data());
 }
-
-double rel_l2(const std::vector<double>& a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / den);
-}
-
-double tolerance(DType t) { return t == DType::kBF16 ? 1e-2 : 2e-3; }
 
 std::int64_t g_disagreements = 0, g_tiles = 0;
 

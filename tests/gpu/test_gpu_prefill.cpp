@@ -58,18 +58,6 @@ AttentionStats run_cpu(const HostBatch& b, bool causal, const Threshold& th, KvO
   return reference_prefill(reference_problem(b, causal), o, out.data());
 }
 
-double rel_l2(const std::vector<double>& a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / den);
-}
-
-// Usual bounds of the precision: P is rounded to the input type before P V.
-double tolerance(DType t) { return t == DType::kBF16 ? 1e-2 : 2e-3; }
-
 struct Shape {
   DType dtype;
   int dim;

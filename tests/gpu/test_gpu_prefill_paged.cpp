@@ -22,17 +22,6 @@ bool compiled(DType t, int dim) {
   return can_implement(probe).find("this build has only") == std::string::npos;
 }
 
-double rel_l2(const std::vector<double>& a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / den);
-}
-
-double tolerance(DType t) { return t == DType::kBF16 ? 1e-2 : 2e-3; }
-
 // The KV of a batch scattered over shuffled pages; every slot no token owns holds NaN, and the
 // page table's unused entries point at a page of NaN.
 struct HostPages {
