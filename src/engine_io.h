@@ -49,9 +49,13 @@ std::vector<RunRequest> parse_run_requests(std::string_view json_text, const std
 void check_request_tokens(std::size_t index, const std::vector<std::int32_t>& tokens,
                           int max_new_tokens, const ModelConfig& model);
 
+// The skip kernels' tile statistics: tiles visited, and skipped of those.
 struct TileCount {
   std::uint64_t visited = 0;
   std::uint64_t skipped = 0;
+  double sparsity() const {
+    return visited == 0 ? 0.0 : static_cast<double>(skipped) / static_cast<double>(visited);
+  }
 };
 
 struct RunResult {

@@ -61,46 +61,30 @@ void check_keys(const json& j, std::initializer_list<const char*> allowed,
   }
 }
 
-TileTotals tiles_from(const json& j, const std::string& context) {
+TileCount tiles_from(const json& j, const std::string& context) {
   check_keys(j, {"visited", "skipped", "sparsity"}, context);
-  TileTotals t;
+  TileCount t;
   t.visited = static_cast<std::uint64_t>(get_integer(j, "visited", context, 0));
   t.skipped = static_cast<std::uint64_t>(get_integer(j, "skipped", context, 0));
   if (t.skipped > t.visited) fail(context, "more tiles skipped than visited");
   return t;
 }
 
-ordered_json tiles_json(const TileTotals& t) {
+ordered_json tiles_json(const TileCount& t) {
   return {{"visited", t.visited}, {"skipped", t.skipped}, {"sparsity", t.sparsity()}};
 }
 
 }  // namespace
 
-const char* to_string(EvalArm arm) {
-  switch (arm) {
-    case EvalArm::kDense:
-      return "dense";
-    case EvalArm::kPrefill:
-      return "prefill";
-    case EvalArm::kDecode:
-      return "decode";
-    case EvalArm::kBoth:
-      return "both";
-  }
-  return "?";
-}
+const char* arm_name(SkipScope arm) { return arm == SkipScope::kNone ? "dense" : to_string(arm); }
 
-EvalArm parse_eval_arm(std::string_view text) {
-  for (EvalArm a : {EvalArm::kDense, EvalArm::kPrefill, EvalArm::kDecode, EvalArm::kBoth}) {
-    if (text == to_string(a)) return a;
+SkipScope parse_eval_arm(std::string_view text) {
+  for (SkipScope a :
+       {SkipScope::kNone, SkipScope::kPrefill, SkipScope::kDecode, SkipScope::kBoth}) {
+    if (text == arm_name(a)) return a;
   }
   throw std::invalid_argument("unknown arm '" + std::string(text) +
                               "' (valid: dense, prefill, decode, both)");
-}
-
-bool arm_skips(EvalArm arm, Phase phase) {
-  return arm == EvalArm::kBoth ||
-         (phase == Phase::kPrefill ? arm == EvalArm::kPrefill : arm == EvalArm::kDecode);
 }
 
 std::vector<std::int64_t> default_eval_lengths(std::int64_t max_context) {
@@ -186,7 +170,7 @@ ordered_json evaluation_to_json(const EvalResults& r) {
   ordered_json j;
   j["schema"] = kEvaluationSchema;
   j["label"] = r.label;
-  j["arm"] = to_string(r.arm);
+  j["arm"] = arm_name(r.arm);
   j["model"] = r.model;
   j["weights_sha256"] = r.weights_sha256;
   j["dtype"] = r.dtype;

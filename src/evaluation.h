@@ -23,6 +23,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engine_io.h"
+#include "price.h"
 #include "ruler.h"
 #include "skipsoftmax/config.h"
 
@@ -30,12 +32,11 @@ namespace skipsoftmax {
 
 inline constexpr std::string_view kEvaluationSchema = "skipsoftmax-evaluation/1";
 
-// Which phases run with the engine's tables; the others run dense.
-enum class EvalArm { kDense, kPrefill, kDecode, kBoth };
-const char* to_string(EvalArm arm);  // "dense", "prefill", "decode", "both"
+// An arm is the phases that run with the engine's tables (price.h's SkipScope, skips()); the
+// others run dense. Named as --arm spells it: "dense" (kNone), "prefill", "decode", "both".
+const char* arm_name(SkipScope arm);
 // Throws std::invalid_argument listing the valid arms.
-EvalArm parse_eval_arm(std::string_view text);
-bool arm_skips(EvalArm arm, Phase phase);
+SkipScope parse_eval_arm(std::string_view text);
 
 struct EvalSettings {
   std::uint64_t seed = 0;
@@ -52,21 +53,13 @@ std::vector<std::int64_t> default_eval_lengths(std::int64_t max_context);
 // The shortest length every task prompt fits in.
 inline constexpr std::int64_t kMinEvalLength = 512;
 
-struct TileTotals {
-  std::uint64_t visited = 0;
-  std::uint64_t skipped = 0;
-  double sparsity() const {
-    return visited == 0 ? 0.0 : static_cast<double>(skipped) / static_cast<double>(visited);
-  }
-};
-
 struct LengthResult {
   std::int64_t length = 0;
   std::vector<double> scores;  // per EvalSettings::tasks, each the mean over samples, in [0, 1]
   double score = 0.0;          // the mean of `scores`
   double perplexity = 0.0;     // exp(mean negative log-likelihood) over every scored token
   std::int64_t perplexity_tokens = 0;
-  PerPhase<TileTotals> tiles;  // the skip kernels' statistics over all the length's requests
+  PerPhase<TileCount> tiles;  // the skip kernels' statistics over all the length's requests
 };
 
 struct GateCheck {
@@ -87,7 +80,7 @@ struct GateVerdict {
 
 struct EvalResults {
   std::string label;  // the name the run goes by (--label), e.g. "dense" or "75%"
-  EvalArm arm = EvalArm::kBoth;
+  SkipScope arm = SkipScope::kBoth;
   std::string model;           // general.name of the GGUF
   std::string weights_sha256;  // of the GGUF file
   std::string dtype;           // the engine's 16-bit type: "fp16" or "bf16"

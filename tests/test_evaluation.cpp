@@ -13,7 +13,7 @@ namespace {
 EvalResults sample_results(double score_scale = 1.0, double ppl_scale = 1.0) {
   EvalResults r;
   r.label = "dense";
-  r.arm = EvalArm::kDense;
+  r.arm = SkipScope::kNone;
   r.model = "SmolLM2 135M Instruct";
   r.weights_sha256 = std::string(64, 'a');
   r.dtype = "fp16";
@@ -47,12 +47,12 @@ TEST(Evaluation, DefaultLengthsDoubleUpToTheContext) {
 }
 
 TEST(Evaluation, ArmsNameThePhasesThatSkip) {
-  EXPECT_TRUE(arm_skips(EvalArm::kPrefill, Phase::kPrefill));
-  EXPECT_FALSE(arm_skips(EvalArm::kPrefill, Phase::kDecode));
-  EXPECT_TRUE(arm_skips(EvalArm::kDecode, Phase::kDecode));
-  EXPECT_FALSE(arm_skips(EvalArm::kDense, Phase::kDecode));
-  EXPECT_TRUE(arm_skips(EvalArm::kBoth, Phase::kPrefill));
-  EXPECT_EQ(parse_eval_arm("decode"), EvalArm::kDecode);
+  EXPECT_TRUE(skips(SkipScope::kPrefill, Phase::kPrefill));
+  EXPECT_FALSE(skips(SkipScope::kPrefill, Phase::kDecode));
+  EXPECT_TRUE(skips(SkipScope::kDecode, Phase::kDecode));
+  EXPECT_FALSE(skips(SkipScope::kNone, Phase::kDecode));
+  EXPECT_TRUE(skips(SkipScope::kBoth, Phase::kPrefill));
+  EXPECT_EQ(parse_eval_arm("decode"), SkipScope::kDecode);
   EXPECT_ERROR_HAS(parse_eval_arm("all"),
                    "unknown arm 'all' (valid: dense, prefill, decode, both)");
 }

@@ -56,7 +56,7 @@ fs::path same_dir(const fs::path& p) { return fs::weakly_canonical(fs::absolute(
 
 void evaluate(const EvaluateArgs& a) {
   // Flags that need no file.
-  const EvalArm arm = parse_eval_arm(a.arm);
+  const SkipScope arm = parse_eval_arm(a.arm);
   const DType dtype = parse_engine_dtype(a.dtype);
   if (a.samples < 1) fail("--samples must be >= 1");
   if (a.text_windows < 0) fail("--text-windows must be >= 0");
@@ -106,13 +106,13 @@ void evaluate(const EvaluateArgs& a) {
   PerPhase<Threshold> thresholds;
   for (Phase phase : kPhases) {
     const Threshold& t = config.phases[phase].threshold;
-    if (arm_skips(arm, phase) && arm != EvalArm::kBoth && t.never_skips()) {
+    if (skips(arm, phase) && arm != SkipScope::kBoth && t.never_skips()) {
       fail("--arm " + a.arm + ": the engine runs " + to_string(phase) + " dense (" + t.describe() +
            "); export it with a " + to_string(phase) + " table");
     }
-    thresholds[phase] = arm_skips(arm, phase) ? t : Threshold::dense();
+    thresholds[phase] = skips(arm, phase) ? t : Threshold::dense();
   }
-  if (arm == EvalArm::kBoth && thresholds.prefill.never_skips() &&
+  if (arm == SkipScope::kBoth && thresholds.prefill.never_skips() &&
       thresholds.decode.never_skips()) {
     fail(
         "--arm both: the engine runs both phases dense (no tables in its config.json); evaluate "
@@ -129,7 +129,7 @@ void evaluate(const EvaluateArgs& a) {
   if (!a.baseline.empty()) baseline = read_evaluation_file(a.baseline);
 
   EvalResults results;
-  results.label = a.label.empty() ? std::string(to_string(arm)) : a.label;
+  results.label = a.label.empty() ? std::string(arm_name(arm)) : a.label;
   results.arm = arm;
   results.model = file.find("general.name") ? file.string("general.name") : model.architecture;
   results.weights_sha256 = config.weights->sha256;

@@ -180,10 +180,7 @@ void price(const PriceArgs& a) {
 
     EvalResults eval;
     eval.label = label;
-    eval.arm = plan.arm.skip == SkipScope::kNone      ? EvalArm::kDense
-               : plan.arm.skip == SkipScope::kPrefill ? EvalArm::kPrefill
-               : plan.arm.skip == SkipScope::kDecode  ? EvalArm::kDecode
-                                                      : EvalArm::kBoth;
+    eval.arm = plan.arm.skip;
     eval.model = p.model_name;
     eval.weights_sha256 = config.weights->sha256;
     eval.dtype = engine_dtype_name(dtype);

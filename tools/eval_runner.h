@@ -55,7 +55,7 @@ struct Latency {
   double tpot_ms = 0.0;           // median over the repeats
   PerPhase<double> attention_ms;  // one timed run: the attention kernels' time per phase
   PerPhase<double> phase_ms;      // the same run: each phase's wall time
-  PerPhase<TileTotals> tiles;     // the same run
+  PerPhase<TileCount> tiles;     // the same run
 };
 
 // Generates `new_tokens` tokens (EOS ignored) after `prompt` once to warm up, `repeats` times for
