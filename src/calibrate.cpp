@@ -94,37 +94,23 @@ CriticalHistogram pooled(const TileStats& stats) {
   return h;
 }
 
-// Progress with an ETA from the work done so far (work ~ tokens^2 per layer and prompt).
-class Progress {
- public:
-  Progress(const ProgressFn& fn, double total) : fn_(fn), total_(total), start_(Clock::now()) {}
-  void drop(double work) { total_ -= work; }  // cached: no longer to do
-  void advance(double work) { done_ += work; }
-  void report(const std::string& where, bool force) {
-    const auto now = Clock::now();
-    if (!force && now - last_ < std::chrono::seconds(2)) return;
-    last_ = now;
-    const double elapsed = std::chrono::duration<double>(now - start_).count();
-    std::string line = where;
-    if (total_ > 0.0) {
-      const double frac = std::min(1.0, done_ / total_);
-      line += "; " + percent(frac, 0) + " of the work, " + format_duration(elapsed) + " elapsed";
-      if (frac > 0.0 && frac < 1.0) {
-        line += ", ETA " + format_duration(elapsed * (1.0 - frac) / frac);
-      }
-    }
-    fn_(line);
-  }
-
- private:
-  const ProgressFn& fn_;
-  double total_;
-  double done_ = 0.0;
-  Clock::time_point start_;
-  Clock::time_point last_{};
-};
-
 }  // namespace
+
+void ProgressMeter::report(const std::string& where, bool force) {
+  const auto now = Clock::now();
+  if (!force && now - last_ < std::chrono::seconds(2)) return;
+  last_ = now;
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  std::string line = where;
+  if (total_ > 0.0) {
+    const double frac = std::min(1.0, done_ / total_);
+    line += "; " + percent(frac, 0) + " of the work, " + format_duration(elapsed) + " elapsed";
+    if (frac > 0.0 && frac < 1.0) {
+      line += ", ETA " + format_duration(elapsed * (1.0 - frac) / frac);
+    }
+  }
+  fn_(line);
+}
 
 std::int64_t sample_length(const CalibrationSettings& s, std::int64_t bin) {
   return bin + (s.phases.decode ? s.decode_steps - 1 : 0);
@@ -198,6 +184,25 @@ DecodeSteps capture_decode_steps(const LayerCapture& c, const ModelConfig& m, st
   return d;
 }
 
+PerPhase<StatsOptions> stats_options(const TileShape& prefill_tiles, int decode_tile_k,
+                                     int decode_splits, int num_threads) {
+  PerPhase<StatsOptions> o;
+  o.prefill.tiles = prefill_tiles;
+  o.prefill.num_threads = num_threads;
+  o.decode.tiles.tile_k = decode_tile_k;
+  o.decode.num_splits = decode_splits;
+  o.decode.num_threads = num_threads;
+  return o;
+}
+
+TileStats capture_tile_stats(Phase phase, const LayerCapture& c, const ModelConfig& m,
+                             std::int64_t n, int decode_steps, const StatsBackend& backend,
+                             const StatsOptions& options) {
+  if (phase == Phase::kPrefill) return backend.prefill(capture_prefill_problem(c, m, n), options);
+  const DecodeSteps d = capture_decode_steps(c, m, n, decode_steps);
+  return backend.decode(d.problem, options);
+}
+
 std::string format_duration(double seconds) {
   const auto total = static_cast<long long>(std::llround(std::max(0.0, seconds)));
   char buf[32];
@@ -234,15 +239,10 @@ CalibrationResult run_calibration(const CalibrationSettings& s, const ModelConfi
   };
   double total = 0.0;
   for (std::int64_t bin : s.bins) total += work_of(bin) * s.samples;
-  Progress meter(progress, total);
+  ProgressMeter meter(progress, total);
 
-  StatsOptions prefill_opt;
-  prefill_opt.tiles = s.prefill_tiles;
-  prefill_opt.num_threads = s.num_threads;
-  StatsOptions decode_opt;
-  decode_opt.tiles.tile_k = s.decode_tile_k;
-  decode_opt.num_splits = s.decode_splits;
-  decode_opt.num_threads = s.num_threads;
+  const PerPhase<StatsOptions> options =
+      stats_options(s.prefill_tiles, s.decode_tile_k, s.decode_splits, s.num_threads);
 
   for (std::size_t bi = 0; bi < s.bins.size(); ++bi) {
     const std::int64_t bin = s.bins[bi];
@@ -276,13 +276,8 @@ CalibrationResult run_calibration(const CalibrationSettings& s, const ModelConfi
         std::size_t done = 0;
         source.capture(sample.tokens, layers.pooled, [&](LayerCapture&& c) {
           for (std::size_t pi : missing) {
-            if (phases[pi] == Phase::kPrefill) {
-              per_layer[pi].push_back(
-                  pooled(backend.prefill(capture_prefill_problem(c, model, n), prefill_opt)));
-            } else {
-              const DecodeSteps d = capture_decode_steps(c, model, n, s.decode_steps);
-              per_layer[pi].push_back(pooled(backend.decode(d.problem, decode_opt)));
-            }
+            per_layer[pi].push_back(pooled(capture_tile_stats(
+                phases[pi], c, model, n, s.decode_steps, backend, options[phases[pi]])));
           }
           ++done;
           meter.advance(work_of(bin) / static_cast<double>(layers.pooled.size()));

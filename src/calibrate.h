@@ -9,6 +9,7 @@
 // decode_splits splits). Sliding-window (local) layers never skip: they are listed, not pooled.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -74,6 +75,16 @@ struct DecodeSteps {
 DecodeSteps capture_decode_steps(const LayerCapture& c, const ModelConfig& m, std::int64_t n,
                                  int steps);
 
+// The options of each phase's statistics pass: the kernels' vote tiles.
+PerPhase<StatsOptions> stats_options(const TileShape& prefill_tiles, int decode_tile_k,
+                                     int decode_splits, int num_threads);
+
+// One phase's statistics over one layer's capture of an n-token prompt: its causal prefill, or
+// its last decode_steps tokens as decode steps (capture_decode_steps).
+TileStats capture_tile_stats(Phase phase, const LayerCapture& c, const ModelConfig& m,
+                             std::int64_t n, int decode_steps, const StatsBackend& backend,
+                             const StatsOptions& options);
+
 struct PhaseResult {
   PhaseFit fit;
   ShapeAdvice advice;
@@ -90,6 +101,24 @@ struct CalibrationResult {
 
 // Progress lines for people.
 using ProgressFn = std::function<void(const std::string&)>;
+
+// Progress lines at most every 2 s (or forced), with an ETA from the work done so far; the
+// caller weighs the work (tokens^2 per layer and prompt here).
+class ProgressMeter {
+ public:
+  ProgressMeter(const ProgressFn& fn, double total)
+      : fn_(fn), total_(total), start_(std::chrono::steady_clock::now()) {}
+  void drop(double work) { total_ -= work; }  // cached: no longer to do
+  void advance(double work) { done_ += work; }
+  void report(const std::string& where, bool force);
+
+ private:
+  const ProgressFn& fn_;
+  double total_;
+  double done_ = 0.0;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_{};
+};
 
 // Throws what the corpus, the source or the backend throws; writes nothing but cache files.
 CalibrationResult run_calibration(const CalibrationSettings& settings, const ModelConfig& model,

@@ -15,6 +15,7 @@
 #include "ruler.h"
 #include "sha256.h"
 #include "synthetic.h"
+#include "table_check.h"
 #include "test_util.h"
 
 namespace skipsoftmax {
@@ -193,6 +194,82 @@ TEST_F(Calibrate, CacheServesTheSecondRunAndMatchesIt) {
   FakeSource fourth(small_model());
   run(fourth);
   EXPECT_EQ(fourth.calls, 4);
+}
+
+// Checked on the calibration's own prompts, each phase's tables reach the target at every bin
+// (up to the histogram's interpolation), and a flat S equals the tables at the first bin.
+TEST_F(Calibrate, CheckOnTheCalibrationPromptsReachesTheTarget) {
+  settings_.target = 0.5;  // 75% of the prefill tiles cannot skip in prompts this short
+  FakeSource source(small_model());
+  const CalibrationResult cal = run(source);
+  TableCheckSettings s;
+  s.phases = settings_.phases;
+  s.lengths = settings_.bins;
+  s.samples = settings_.samples;
+  s.seed = settings_.seed;
+  s.decode_steps = settings_.decode_steps;
+  s.decode_splits = settings_.decode_splits;
+  s.prefill_tiles = settings_.prefill_tiles;
+  s.decode_tile_k = settings_.decode_tile_k;
+  EXPECT_EQ(check_prompt_length(s, 512), sample_length(settings_, 512));
+  TableArm tables{"tables", {}}, flat{"flat", {}};
+  for (const PhaseResult& p : cal.phases) {
+    tables.tables[p.fit.phase] = p.fit.deployed().table();
+    ASSERT_FALSE(tables.tables[p.fit.phase].empty()) << to_string(p.fit.phase);
+    flat.tables[p.fit.phase] = ScaleTable({tables.tables[p.fit.phase].rows().front()});
+  }
+  RulerCorpus corpus(corpus_dir_, CorpusSplit::kCalibration, word_tokenizer());
+  FakeSource again(small_model());
+  std::vector<std::string> lines;
+  const TableCheckResult r =
+      run_table_check(s, small_model(), corpus, again, cpu_stats_backend(), {tables, flat},
+                      [&](const std::string& line) { lines.push_back(line); });
+  EXPECT_EQ(r.prompts, 4);
+  ASSERT_EQ(r.points.size(), 4u);  // 2 phases x 2 lengths
+  for (const PhaseResult& p : cal.phases) {
+    for (std::size_t i = 0; i < p.fit.deployed().bins.size(); ++i) {
+      const BinFit& bin = p.fit.deployed().bins[i];
+      const TableCheckPoint& pt =
+          r.points[(p.fit.phase == Phase::kPrefill ? 0 : 2) + i];
+      EXPECT_EQ(pt.length, bin.bin);
+      EXPECT_EQ(pt.arms[0].visited, static_cast<std::uint64_t>(p.pools[i].hist.tiles()));
+      if (!bin.scale) continue;
+      EXPECT_NEAR(pt.arms[0].sparsity(), 0.5, 0.02) << to_string(p.fit.phase) << ' ' << bin.bin;
+      if (i == 0) {
+        EXPECT_EQ(pt.arms[1].skipped, pt.arms[0].skipped);
+      }
+    }
+    const HoldVerdict v = hold_verdict(r, p.fit.phase, tables.tables[p.fit.phase], 0.5, 0.02);
+    EXPECT_TRUE(v.pass) << to_string(p.fit.phase) << " " << v.lowest << "-" << v.highest;
+    EXPECT_GT(v.judged, 0);
+  }
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines.back().find("of the work"), std::string::npos) << lines.back();
+}
+
+TEST(TableCheck, TheVerdictJudgesOnlyTheLengthsWhereTheTableSkips) {
+  TableCheckResult r;
+  const auto point = [](Phase p, std::int64_t length, std::uint64_t skipped) {
+    return TableCheckPoint{p, length, {TileCount{1000, skipped}}};
+  };
+  r.points = {point(Phase::kPrefill, 1000, 0), point(Phase::kPrefill, 3000, 745),
+              point(Phase::kPrefill, 5000, 768), point(Phase::kDecode, 3000, 700)};
+  const ScaleTable table({{2048, 500.0}});  // dense at 1000
+  HoldVerdict v = hold_verdict(r, Phase::kPrefill, table, 0.75, 0.02);
+  EXPECT_TRUE(v.pass);
+  EXPECT_EQ(v.judged, 2);
+  EXPECT_DOUBLE_EQ(v.lowest, 0.745);
+  EXPECT_DOUBLE_EQ(v.highest, 0.768);
+  v = hold_verdict(r, Phase::kPrefill, table, 0.75, 0.015);
+  EXPECT_FALSE(v.pass);
+  EXPECT_EQ(v.outside, std::vector<std::int64_t>{5000});
+  v = hold_verdict(r, Phase::kDecode, table, 0.75, 0.02);
+  EXPECT_FALSE(v.pass);
+  EXPECT_EQ(v.outside, std::vector<std::int64_t>{3000});
+  // A table that skips nowhere checked proves nothing: FAIL.
+  v = hold_verdict(r, Phase::kPrefill, ScaleTable({{8192, 500.0}}), 0.75, 0.02);
+  EXPECT_FALSE(v.pass);
+  EXPECT_EQ(v.judged, 0);
 }
 
 TEST(CalibrateSteps, DecodeStepsAreTheLastTokensOverTheirPrefix) {

@@ -13,6 +13,7 @@
 #include "skipsoftmax/prefill.h"
 #include "skipsoftmax/reference.h"
 #include "synthetic.h"
+#include "table_check.h"
 
 namespace skipsoftmax {
 namespace {
@@ -216,6 +217,41 @@ TEST(CalibrationStats, DecodeAgreesWithTheReferenceWithSplits) {
       EXPECT_GT(skipped_somewhere, 0);
     }
   }
+}
+
+// check-tables counts, at each sequence's own lambda of a table (the guard included), exactly the
+// tiles the reference visits and skips.
+TEST(CalibrationStats, CountSkippedIsTheReferenceCountUnderATable) {
+  const ScaleTable table({{256, 3.0}, {600, 60.0}});  // sequences under 256 keys: dense
+  const Batch b = make_batch({200, 300, 120, 700}, {200, 300, 500, 700}, 4, 2, 32, 7);
+  const TileShape tiles{64, 128, KvOrder::kSinkThenReverse};
+  StatsOptions so;
+  so.tiles = tiles;
+  ReferenceOptions ro;
+  ro.threshold = Threshold::table(table);
+  ro.tiles = tiles;
+  std::vector<double> out(b.q.size());
+  const AttentionStats ref = reference_prefill(b.problem, ro, out.data());
+  const TileCount prefill = count_skipped(prefill_tile_stats(b.problem, so), table);
+  EXPECT_EQ(prefill.visited, static_cast<std::uint64_t>(ref.tiles_total));
+  EXPECT_EQ(prefill.skipped, static_cast<std::uint64_t>(ref.tiles_skipped));
+  EXPECT_GT(prefill.skipped, 0u);
+  EXPECT_EQ(count_skipped(prefill_tile_stats(b.problem, so), ScaleTable()).skipped, 0u);
+
+  const PagedBatch pb = make_paged({100, 333, 700, 1025}, 8, 2, 32, 16, 5);
+  StatsOptions dso;
+  dso.tiles.tile_k = 64;
+  dso.num_splits = 2;
+  ReferenceOptions dro;
+  dro.threshold = Threshold::table(table);
+  dro.tiles.tile_k = 64;
+  dro.num_splits = 2;
+  std::vector<double> dout(pb.q.size());
+  const AttentionStats dref = reference_decode(pb.problem, dro, dout.data());
+  const TileCount decode = count_skipped(decode_tile_stats(pb.problem, dso), table);
+  EXPECT_EQ(decode.visited, static_cast<std::uint64_t>(dref.tiles_total));
+  EXPECT_EQ(decode.skipped, static_cast<std::uint64_t>(dref.tiles_skipped));
+  EXPECT_GT(decode.skipped, 0u);
 }
 
 TEST(CalibrationStats, FirstVisitedTileNeverSkips) {

@@ -1,7 +1,7 @@
-// The calibrate subcommand run as the built tool: its flag checks (exit code, message), and that a
-// failed run leaves the checkpoint config as it was. With SKIPSOFTMAX_SMOLLM2_GGUF: the prompts it
-// writes for an engine to capture, and a small CPU calibration of the real model (skipped while
-// the CPU forward pass is not in the build).
+// The calibrate and check-tables subcommands run as the built tool: their flag checks (exit code,
+// message), and that a failed run leaves the checkpoint config as it was. With
+// SKIPSOFTMAX_SMOLLM2_GGUF: the prompts calibrate writes for an engine to capture, a small CPU
+// calibration of the real model, and check-tables on held-out prompts with its verdict's exit code.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -147,6 +147,34 @@ TEST_F(CliCalibrate, AFailureAfterTheFlagChecksLeavesTheConfigAlone) {
                "error");
 }
 
+// check-tables: every flag and the checkpoint's tiers are checked before any prompt is built.
+TEST_F(CliCalibrate, CheckTablesRejectsBadFlagsBeforeAnyWork) {
+  const auto check = [&](const std::string& flags, const std::string& message) {
+    const ToolRun r = test::run_tool("check-tables --model-dir " + q(model()) + " " + flags,
+                                     dir_ / "stderr.txt");
+    EXPECT_EQ(r.code, 1) << flags;
+    EXPECT_NE(r.err.find(message), std::string::npos) << flags << "\nstderr: " << r.err;
+  };
+  check("--lengths 512 256", "--lengths must increase, got 512 then 256");
+  check("--lengths 0", "--lengths must be positive");
+  check("--lengths 512 --tolerance 0", "--tolerance must lie in (0, 1)");
+  check("--lengths 512 --samples 0", "--samples must be >= 1");
+  check("--lengths 8 --decode-steps 16", "--decode-steps 16 exceeds the shortest length 8");
+  check("--lengths 512 --backend tpu", "unknown --backend 'tpu'");
+  check("--lengths 512 --phase all", "unknown --phase 'all'");
+  check("--lengths 512 --captures-dir " + q(dir_ / "nowhere"), "no such directory");
+  check("--lengths 512 --save-results " + q(dir_ / "no" / "r.json"), "does not exist");
+  // The config has a deployed prefill table but no calibrated tiers.
+  check("--lengths 512 --phase prefill",
+        "no prefill target sparsity: name the tier to check with --tier (calibrated: none)");
+  std::ofstream(model() / "config.json")
+      << "{\"skip_softmax_prefill_scale_tables\": {\"50%\": [[512, 10]]},"
+         " \"skip_softmax_prefill_target_sparsity\": 0.5}";
+  check("--lengths 512 --phase prefill --tier 75%",
+        "no prefill tier 75% (calibrated: 50%); run skipsoftmax calibrate first");
+  check("--lengths 2048 --phase prefill", "more than the model's context length 1024");
+}
+
 // The real checkpoint in a model directory of its own (a link to the file).
 class CliCalibrateSmolLM2 : public CliCalibrate {
  protected:
@@ -247,6 +275,48 @@ TEST_F(CliCalibrateSmolLM2, CalibratesOnTheCpu) {
   EXPECT_EQ(j["hidden_size"], 64);
   EXPECT_TRUE(j.contains("skip_softmax_prefill_scale_tables"));
   EXPECT_TRUE(j.contains("skip_softmax_decode_shape_advice"));
+}
+
+// check-tables on held-out prompts of the real model (the CPU forward pass of one 527-token
+// prompt per run): PASS at a tolerance any skipping table meets, exit code 2 at one none does.
+TEST_F(CliCalibrateSmolLM2, ChecksTablesOnHeldOutPrompts) {
+  std::ofstream(model() / "config.json")
+      << "{\"hidden_size\": 64,"
+         " \"skip_softmax_prefill_scale_tables\": {\"75%\": [[256, 40], [1024, 80]]},"
+         " \"skip_softmax_prefill_target_sparsity\": 0.75,"
+         " \"skip_softmax_decode_scale_tables\": {\"75%\": [[256, 40]]},"
+         " \"skip_softmax_decode_target_sparsity\": 0.75}";
+  const std::string flags = "check-tables --model-dir " + q(model()) +
+                            " --lengths 512 --samples 1 --save-results " + q(dir_ / "r.json");
+  ToolRun r = test::run_tool(flags + " --tolerance 0.99", dir_ / "stderr.txt");
+  if (r.err.find("not in this build yet") != std::string::npos) {
+    GTEST_SKIP() << "the CPU forward pass is not in this build";
+  }
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("checked 1 held-out prompts on 30 global layers"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("of the work"), std::string::npos) << r.err;
+  const nlohmann::json j = read_json_file(dir_ / "r.json");
+  EXPECT_EQ(j["format"], "skipsoftmax-table-check/1");
+  EXPECT_EQ(j["corpus_split"], "evaluation");
+  for (const char* phase : {"prefill", "decode"}) {
+    const nlohmann::json& p = j["phases"][phase];
+    EXPECT_EQ(p["tier"], "75%") << phase;
+    ASSERT_EQ(p["points"].size(), 1u) << phase;
+    const nlohmann::json& pt = p["points"][0];
+    EXPECT_EQ(pt["length"], 512);
+    EXPECT_GT(pt["tiles"].get<int>(), 0);
+    EXPECT_GT(pt["tables"].get<double>(), 0.0) << phase;
+    EXPECT_EQ(p["flat_table"].size(), 1u);
+  }
+  // At 512 keys the prefill table's first row applies, so a flat S is the table itself.
+  EXPECT_EQ(j["phases"]["prefill"]["points"][0]["tables"],
+            j["phases"]["prefill"]["points"][0]["flat"]);
+  r = test::run_tool(flags + " --tolerance 0.000001", dir_ / "stderr.txt");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("the tables do not hold their target: FAIL"), std::string::npos) << r.err;
+  EXPECT_FALSE(read_json_file(dir_ / "r.json")["pass"].get<bool>());
 }
 
 }  // namespace

@@ -14,17 +14,14 @@
 #include <vector>
 
 #include "calibrate.h"
+#include "calibration_setup.h"
 #include "commands.h"
 #include "file_io.h"
 #include "gguf.h"
 #include "npy.h"
-#include "sha256.h"
 #include "skipsoftmax/config.h"
 #include "skipsoftmax/decode.h"
 #include "skipsoftmax/prefill.h"
-#if SKIPSOFTMAX_HAVE_CUDA
-#include "calibration_cuda.h"
-#endif
 
 namespace skipsoftmax::cli {
 namespace {
@@ -54,30 +51,6 @@ struct CalibrateArgs {
 
 [[noreturn]] void fail(const std::string& what) { throw std::invalid_argument(what); }
 
-// The checkpoint's GGUF file: the only *.gguf in the directory.
-fs::path find_gguf(const fs::path& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) fail("--model-dir " + dir.string() + ": no such directory");
-  std::vector<fs::path> found;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
-    if (e.is_regular_file() && e.path().extension() == ".gguf") found.push_back(e.path());
-  }
-  if (found.empty()) fail("--model-dir " + dir.string() + ": no .gguf model file in it");
-  if (found.size() > 1) {
-    std::string names;
-    for (const fs::path& p : found) names += (names.empty() ? "" : ", ") + p.filename().string();
-    fail("--model-dir " + dir.string() + ": several .gguf files (" + names + "); keep one");
-  }
-  return found.front();
-}
-
-PerPhase<bool> parse_phases(const std::string& phase) {
-  if (phase == "prefill") return {true, false};
-  if (phase == "decode") return {false, true};
-  if (phase == "both") return {true, true};
-  fail("unknown --phase '" + phase + "' (valid: prefill, decode, both)");
-}
-
 // The flags that need no model, checked first.
 CalibrationSettings parse_settings(const CalibrateArgs& a) {
   CalibrationSettings s;
@@ -100,14 +73,7 @@ CalibrationSettings parse_settings(const CalibrateArgs& a) {
     fail("--decode-splits must be >= 1, got " + std::to_string(a.decode_splits));
   }
   if (a.threads < 0) fail("--threads must be >= 0 (0: all cores)");
-  if (a.backend != "cpu" && a.backend != "cuda") {
-    fail("unknown --backend '" + a.backend + "' (valid: cpu, cuda)");
-  }
-#if !SKIPSOFTMAX_HAVE_CUDA
-  if (a.backend == "cuda") {
-    fail("--backend cuda: this build has no GPU code (nvcc was not found when it was configured)");
-  }
-#endif
+  check_backend_flag(a.backend);
   s.samples = a.samples;
   s.seed = a.seed;
   s.mass_ratio = a.mass_ratio;
@@ -127,22 +93,6 @@ void check_context(const CalibrationSettings& s, const ModelConfig& m) {
            std::to_string(s.decode_steps) + " are decode steps)";
   }
   fail(why + ", more than the model's context length " + std::to_string(m.context_length));
-}
-
-StatsBackend stats_backend(const std::string& name) {
-#if SKIPSOFTMAX_HAVE_CUDA
-  if (name == "cuda") {
-    if (!hopper_gpu_available()) fail("--backend cuda: no Hopper GPU on this machine");
-    return {
-        "cuda-f32",
-        [](const PrefillProblem& p, const StatsOptions& o) {
-          return prefill_tile_stats_cuda(p, o);
-        },
-        [](const DecodeProblem& p, const StatsOptions& o) { return decode_tile_stats_cuda(p, o); }};
-  }
-#endif
-  (void)name;
-  return cpu_stats_backend();
 }
 
 // The prompts, for an engine to capture: DIR/prompt_<bin>_<i>.npy (int32 tokens) and
@@ -193,9 +143,7 @@ void run_calibrate(const CalibrateArgs& a) {
   const gguf::File file = gguf::File::open(gguf_path);
   const ModelConfig model = read_model_config(file);
   check_context(s, model);
-  if (!a.captures_dir.empty() && !fs::is_directory(a.captures_dir)) {
-    fail("--captures-dir " + a.captures_dir + ": no such directory");
-  }
+  check_captures_dir(a.captures_dir);
   s.prefill_tiles = prefill_vote_tiles(model.head_dim, KvOrder::kSinkThenReverse);
   s.decode_tile_k = decode_tile_k(model.head_dim);
   const StatsBackend backend = stats_backend(a.backend);
@@ -208,11 +156,9 @@ void run_calibrate(const CalibrateArgs& a) {
   }
 
   // The model's checksum keys the cache and checks the captures; it costs a read of the file.
-  const bool need_sha = s.cache_dir || !a.captures_dir.empty();
-  const std::string sha = need_sha ? sha256_file(gguf_path) : std::string("unhashed");
-  std::unique_ptr<CaptureSource> source =
-      a.captures_dir.empty() ? cpu_forward_source(file, model, sha, a.threads)
-                             : npy_directory_source(a.captures_dir, model, need_sha ? sha : "");
+  const std::unique_ptr<CaptureSource> source =
+      capture_source(file, model, gguf_path, a.captures_dir,
+                     s.cache_dir.has_value() || !a.captures_dir.empty(), a.threads);
 
   std::cerr << "skipsoftmax calibrate: " << model.architecture << ", " << model.layers
             << " layers, " << s.bins.size() << " bins x " << s.samples << " prompts, backend "
