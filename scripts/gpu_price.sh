@@ -4,6 +4,7 @@
 # evaluation path, then per model its calibration on the GPU and its price list. Logs and results
 # go to $OUT (a tarball per model, as $OUT takes few files).
 #   [CALIBRATE=0] [SAMPLES=N] [TEXTS=N] scripts/gpu_price.sh W tests|logits|generate|smollm2|gemma3|hold
+#   [CAL_SAMPLES=N] scripts/gpu_price.sh W tables-calibrate; [LENGTHS=".."] [SAMPLES=N] ... tables-check
 # CALIBRATE=0 prices the checkpoint config as carried (already calibrated). `hold`: SmolLM2's
 # tile sparsity per length on held-out prompts, with its 75% tables and with a flat S (the 75%
 # table's first row at every length), for the sparsity-hold check of the calibration;
@@ -145,6 +146,25 @@ PY
         --samples "${SAMPLES:-8}" --text-windows 0 --label "$e" --save-results "$out/hold_$e.json" \
         2> "$eng/$e.log" | tail -9
     done
+    ;;
+  tables-calibrate)  # SmolLM2's ladder again, from CAL_SAMPLES prompts a bin (the advisor as fixed)
+    ck=$(checkpoint smollm2 "$smol")
+    start=$(date +%s)
+    timeout -s KILL 480 "$bin/skipsoftmax" calibrate --model-dir "$ck" --phase both \
+      --max-seqlen 8176 --bin-min 2048 --bin-step 2048 --samples "${CAL_SAMPLES:-8}" \
+      --backend cuda --cache-dir "$HOME/calib-cache" > "$out/tables_calibrate.log" 2>&1
+    echo "calibrate: exit $? in $(( $(date +%s) - start )) s"; tail -22 "$out/tables_calibrate.log"
+    cp "$ck/config.json" "$out/tables_checkpoint_config.json"
+    ;;
+  tables-check)  # the tables of tables-calibrate on held-out prompts, against a flat S
+    ck=$HOME/ckpt/smollm2
+    start=$(date +%s)
+    # shellcheck disable=SC2086
+    timeout -s KILL 560 "$bin/skipsoftmax" check-tables --model-dir "$ck" \
+      --lengths ${LENGTHS:-4096 5120 6144 7168 8160} --samples "${SAMPLES:-4}" --backend cuda \
+      --save-results "$out/tables_check.json" > "$out/tables_check.log" 2>&1
+    echo "check-tables: exit $? in $(( $(date +%s) - start )) s"
+    grep -v "check-tables: length" "$out/tables_check.log" | tail -24
     ;;
   *)
     echo "unknown step $step" >&2
