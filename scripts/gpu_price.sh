@@ -156,8 +156,9 @@ PY
     echo "calibrate: exit $? in $(( $(date +%s) - start )) s"; tail -22 "$out/tables_calibrate.log"
     cp "$ck/config.json" "$out/tables_checkpoint_config.json"
     ;;
-  tables-check)  # the tables of tables-calibrate on held-out prompts, against a flat S
-    ck=$HOME/ckpt/smollm2
+  tables-check)  # the tables of tables-calibrate (W/.stage/ck/smollm2_tables.json) on held-out prompts
+    ck=$(checkpoint smollm2 "$smol")
+    cp "$w/.stage/ck/smollm2_tables.json" "$ck/config.json"
     start=$(date +%s)
     # shellcheck disable=SC2086
     timeout -s KILL 560 "$bin/skipsoftmax" check-tables --model-dir "$ck" \

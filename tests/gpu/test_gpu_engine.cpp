@@ -433,7 +433,8 @@ TEST_F(GpuEngineTool, EvaluateAndGate) {
     return tool("evaluate --model-dir " + model_dir + " --engine-dir " + (dir / engine).string() +
                 " --max-context 2048 --lengths 1024 2048 --samples 2 --text-windows 1 " + extra);
   };
-  ASSERT_EQ(evaluate("dense", "--save-results " + (dir / "dense.json").string()), 0);
+  // An engine without tables is evaluated as the dense arm (--arm both would be refused).
+  ASSERT_EQ(evaluate("dense", "--arm dense --save-results " + (dir / "dense.json").string()), 0);
   const EvalResults dense = read_evaluation_file(dir / "dense.json");
   ASSERT_EQ(dense.results.size(), 2u);
   EXPECT_EQ(dense.results[1].scores.size(), 4u);
@@ -443,7 +444,9 @@ TEST_F(GpuEngineTool, EvaluateAndGate) {
   EXPECT_EQ(dense.results[1].tiles.prefill.visited, 0u);  // dense kernels keep no statistics
 
   const std::string gate = "--baseline " + (dir / "dense.json").string() + " --save-results ";
-  ASSERT_EQ(evaluate("dense", gate + (dir / "again.json").string() + " --max-drop 0"), 0);
+  ASSERT_EQ(
+      evaluate("dense", "--arm dense " + gate + (dir / "again.json").string() + " --max-drop 0"),
+      0);
   EXPECT_TRUE(read_evaluation_file(dir / "again.json").gate->pass);
   EXPECT_EQ(evaluate("flat", gate + (dir / "flat.json").string() + " --max-drop 0"), 2);
   const EvalResults flat = read_evaluation_file(dir / "flat.json");
