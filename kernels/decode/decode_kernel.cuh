@@ -7,8 +7,9 @@
 // 128 output columns: head dim 256 runs 8 warps, two column groups), which keeps its scores, its
 // P and its partial O and row sums in registers; the slices are summed once, at the end. Per
 // tile t, with three barriers:
-//   1. K of tile t + 2 is requested (cp.async, zero-filled past the sequence); K of tile t and V
-//      of tile t - 2 are awaited;
+//   1. K of tile t + 2 is requested (cp.async, zero-filled past the sequence; its pages were read
+//      from the page table an iteration earlier, and are kept for its V); K of tile t and V of
+//      tile t - 2 are awaited;
 //   2. S_t = Q K_t^T for the warp's 16 keys; scores past the sequence are -inf; row maxima to
 //      shared memory;
 //   3. the running maximum m_run moves; skip kernel: the vote. Tile t is skipped when every row
@@ -109,33 +110,40 @@ struct DecodeCta {
   float m_ref[2] = {kNegInf, kNegInf};  // the maximum o and l are relative to, rows r0, r0 + 8
   float l[2] = {0.f, 0.f};              // partial row sums over this thread's keys
 
-  __device__ const std::uint16_t* kv_row(const void* pages, int token) const {
-    const int page = __ldg(p.page_table + seq * p.max_pages_per_seq + (token >> p.page_shift));
-    const std::int64_t slot =
-        (static_cast<std::int64_t>(page) << p.page_shift) + (token & ((1 << p.page_shift) - 1));
-    return static_cast<const std::uint16_t*>(pages) +
-           (slot * p.num_heads_kv + kv_head) * kHeadDim;
-  }
+  // This thread's rows of a tile and their chunk: rows row0 + i * kRowsPerPass, i < kPasses.
+  static constexpr int kRowsPerPass = kThreads / Cfg::kChunks;
+  static constexpr int kPasses = kTileK / kRowsPerPass;
 
-  // Requests tile `tile` of K or V into `dst`; rows past the sequence are zero-filled. The page
-  // lookups all come first: a cp.async is a compiler memory barrier, and lookups interleaved with
-  // the copies would run one L2 round trip after another.
-  __device__ void load_tile(std::uint16_t* dst, const void* pages, int tile) const {
-    constexpr int kRowsPerPass = kThreads / Cfg::kChunks;
-    constexpr int kPasses = kTileK / kRowsPerPass;
-    const int chunk = tid % Cfg::kChunks, row0 = tid / Cfg::kChunks;
-    const std::uint16_t* src[kPasses];
+  // The page of each of this thread's rows of tile `tile` (-1 past the sequence). Looked up an
+  // iteration before the copies that need them and kept for the tile's V: a page-table read is an
+  // L2 round trip, which in the copy's address would stall the whole iteration behind it.
+  __device__ void lookup_pages(int tile, int (&pages)[kPasses]) const {
+    const int row0 = tid / Cfg::kChunks;
+    const int* table = p.page_table + seq * p.max_pages_per_seq;
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
       const int token = tile * kTileK + row0 + i * kRowsPerPass;
-      src[i] = token < kv_len ? kv_row(pages, token) + chunk * 8
-                              : static_cast<const std::uint16_t*>(pages);
+      pages[i] = token < kv_len ? __ldg(table + (token >> p.page_shift)) : -1;
     }
+  }
+
+  // Requests tile `tile` of K or V into `dst` from the pages lookup_pages found; rows past the
+  // sequence are zero-filled.
+  __device__ void load_tile(std::uint16_t* dst, const void* kv, int tile,
+                            const int (&pages)[kPasses]) const {
+    const int chunk = tid % Cfg::kChunks, row0 = tid / Cfg::kChunks;
+    const int in_page = (1 << p.page_shift) - 1;
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
       const int row = row0 + i * kRowsPerPass;
-      hopper::cp_async_16(dst + row * kHeadDim + swizzle(row, chunk) * 8, src[i],
-                          tile * kTileK + row < kv_len);
+      const int token = tile * kTileK + row;
+      const std::uint16_t* src = static_cast<const std::uint16_t*>(kv);
+      if (pages[i] >= 0) {
+        const std::int64_t slot =
+            (static_cast<std::int64_t>(pages[i]) << p.page_shift) + (token & in_page);
+        src += (slot * p.num_heads_kv + kv_head) * kHeadDim + chunk * 8;
+      }
+      hopper::cp_async_16(dst + row * kHeadDim + swizzle(row, chunk) * 8, src, pages[i] >= 0);
     }
   }
 
@@ -265,17 +273,27 @@ struct DecodeCta {
   template <bool kVote>
   __device__ int mainloop(float gap) {
     constexpr int kStages = Cfg::kStages;
+    static_assert(kStages == 3, "the prologue requests K of tiles 0 and 1, the loop two ahead");
     // Voting splits after the first start from the sink: tile 0's row maxima seed m_run (not O,
     // l or the tile counts), so that a split's far-field tiles meet the maximum they would meet
     // in one long pass. Its K goes to the stage the loop fills last.
     const bool seed = kVote && tile_begin > 0 && n_tiles > 0;
-    if (seed) load_tile(s.k[kStages - 1], p.k_pages, 0);
-    hopper::cp_async_commit();
-    for (int j = 0; j < kStages - 1; ++j) {
-      if (j < n_tiles) load_tile(s.k[j], p.k_pages, tile_begin + j);
-      hopper::cp_async_commit();
-      hopper::cp_async_commit();
+    // Pages of the tiles visited this iteration (pg0), one and two ahead (pg1, pg2).
+    int pg0[kPasses], pg1[kPasses], pg2[kPasses];
+    if (seed) {
+      lookup_pages(0, pg0);
+      load_tile(s.k[kStages - 1], p.k_pages, 0, pg0);
     }
+    hopper::cp_async_commit();
+    lookup_pages(tile_begin, pg0);
+    lookup_pages(tile_begin + 1, pg1);
+    lookup_pages(tile_begin + 2, pg2);
+    if (0 < n_tiles) load_tile(s.k[0], p.k_pages, tile_begin, pg0);
+    hopper::cp_async_commit();
+    hopper::cp_async_commit();
+    if (1 < n_tiles) load_tile(s.k[1], p.k_pages, tile_begin + 1, pg1);
+    hopper::cp_async_commit();
+    hopper::cp_async_commit();
     if (seed) {
       float sink[2][4];
       hopper::cp_async_wait<2 * (kStages - 1)>();
@@ -288,7 +306,10 @@ struct DecodeCta {
     unsigned history = 0;  // bit i: the tile visited i iterations ago was skipped
     float s1[2][4], s2[2][4];  // scores of the tiles visited one and two iterations ago
     for (int t = 0; t < n_tiles + 2; ++t) {
-      if (t + 2 < n_tiles) load_tile(s.k[(t + 2) % kStages], p.k_pages, tile_begin + t + 2);
+      // Issued first, used next iteration: the pages of tile t + 3.
+      int pg3[kPasses];
+      lookup_pages(tile_begin + t + 3, pg3);
+      if (t + 2 < n_tiles) load_tile(s.k[(t + 2) % kStages], p.k_pages, tile_begin + t + 2, pg2);
       hopper::cp_async_commit();
       // K of tile t and V of tile t - 2 have landed: only K t + 1, V t - 1 and K t + 2 may not.
       hopper::cp_async_wait<3>();
@@ -305,7 +326,7 @@ struct DecodeCta {
         } else {
           __syncthreads();  // m_run moved: P V below reads it
         }
-        if (!skip) load_tile(s.v[t % kStages], p.v_pages, tile_begin + t);
+        if (!skip) load_tile(s.v[t % kStages], p.v_pages, tile_begin + t, pg0);
       }
       hopper::cp_async_commit();
       history = (history << 1) | (skip ? 1u : 0u);
@@ -317,6 +338,12 @@ struct DecodeCta {
           s2[nb][e] = s1[nb][e];
           s1[nb][e] = s0[nb][e];
         }
+      }
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i) {
+        pg0[i] = pg1[i];
+        pg1[i] = pg2[i];
+        pg2[i] = pg3[i];
       }
     }
     return skipped;
