@@ -42,20 +42,49 @@ PerPhase<bool> parse_phases(const std::string& phase) {
   fail("unknown --phase '" + phase + "' (valid: prefill, decode, both)");
 }
 
-void check_backend_flag(const std::string& backend) {
-  if (backend != "cpu" && backend != "cuda") {
-    fail("unknown --backend '" + backend + "' (valid: cpu, cuda)");
+void add_pass_flags(CLI::App& sub, PassFlags& f) {
+  sub.add_option("--backend", f.backend, "Statistics pass: cpu (float64) or cuda (fp32)")
+      ->capture_default_str();
+  sub.add_option("--captures-dir", f.captures_dir,
+                 "Read post-RoPE Q/K captures (npy + manifest.json) instead of running the CPU "
+                 "forward pass");
+  sub.add_option("--corpus-dir", f.corpus_dir,
+                 "Books of the prompts (default $SKIPSOFTMAX_CORPUS_DIR or /work/shared/corpora)");
+  sub.add_option("--decode-steps", f.decode_steps, "Decode steps at the end of each prompt")
+      ->capture_default_str();
+  sub.add_option("--decode-splits", f.decode_splits, "Split-KV parts of the decode vote")
+      ->capture_default_str();
+  sub.add_option("--threads", f.threads, "CPU threads (0: all)")->capture_default_str();
+}
+
+void check_pass_flags(const PassFlags& f) {
+  if (f.decode_steps < 1) {
+    fail("--decode-steps must be >= 1, got " + std::to_string(f.decode_steps));
+  }
+  if (f.decode_splits < 1) {
+    fail("--decode-splits must be >= 1, got " + std::to_string(f.decode_splits));
+  }
+  if (f.threads < 0) fail("--threads must be >= 0 (0: all cores)");
+  if (f.backend != "cpu" && f.backend != "cuda") {
+    fail("unknown --backend '" + f.backend + "' (valid: cpu, cuda)");
   }
 #if !SKIPSOFTMAX_HAVE_CUDA
-  if (backend == "cuda") {
+  if (f.backend == "cuda") {
     fail("--backend cuda: this build has no GPU code (nvcc was not found when it was configured)");
   }
 #endif
+  if (!f.captures_dir.empty() && !fs::is_directory(f.captures_dir)) {
+    fail("--captures-dir " + f.captures_dir + ": no such directory");
+  }
 }
 
-StatsBackend stats_backend(const std::string& backend) {
+fs::path corpus_dir(const PassFlags& f) {
+  return f.corpus_dir.empty() ? default_corpus_dir() : fs::path(f.corpus_dir);
+}
+
+StatsBackend stats_backend(const PassFlags& f) {
 #if SKIPSOFTMAX_HAVE_CUDA
-  if (backend == "cuda") {
+  if (f.backend == "cuda") {
     if (!hopper_gpu_available()) fail("--backend cuda: no Hopper GPU on this machine");
     return {
         "cuda-f32",
@@ -65,23 +94,16 @@ StatsBackend stats_backend(const std::string& backend) {
         [](const DecodeProblem& p, const StatsOptions& o) { return decode_tile_stats_cuda(p, o); }};
   }
 #endif
-  (void)backend;
+  (void)f;
   return cpu_stats_backend();
 }
 
-void check_captures_dir(const std::string& captures_dir) {
-  if (!captures_dir.empty() && !fs::is_directory(captures_dir)) {
-    fail("--captures-dir " + captures_dir + ": no such directory");
-  }
-}
-
 std::unique_ptr<CaptureSource> capture_source(const gguf::File& file, const ModelConfig& model,
-                                              const fs::path& gguf_path,
-                                              const std::string& captures_dir, bool needs_sha,
-                                              int threads) {
+                                              const fs::path& gguf_path, const PassFlags& f,
+                                              bool needs_sha) {
   const std::string sha = needs_sha ? sha256_file(gguf_path) : std::string("unhashed");
-  if (captures_dir.empty()) return cpu_forward_source(file, model, sha, threads);
-  return npy_directory_source(captures_dir, model, needs_sha ? sha : "");
+  if (f.captures_dir.empty()) return cpu_forward_source(file, model, sha, f.threads);
+  return npy_directory_source(f.captures_dir, model, needs_sha ? sha : "");
 }
 
 }  // namespace skipsoftmax::cli

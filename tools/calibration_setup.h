@@ -2,6 +2,7 @@
 // statistics backend and the source of Q/K. Bad input throws std::invalid_argument naming the flag.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -12,25 +13,33 @@
 
 namespace skipsoftmax::cli {
 
+// The flags of the statistics pass, the same in both commands.
+struct PassFlags {
+  std::string backend = "cpu";
+  std::string captures_dir;
+  std::string corpus_dir;  // empty: default_corpus_dir()
+  int decode_steps = 16;
+  int decode_splits = 1;
+  int threads = 0;
+};
+void add_pass_flags(CLI::App& sub, PassFlags& flags);
+// Checks them before any work (the upper bound of --decode-steps is the command's to check).
+void check_pass_flags(const PassFlags& flags);
+std::filesystem::path corpus_dir(const PassFlags& flags);
+
 // The checkpoint's GGUF file: the only *.gguf in the directory.
 std::filesystem::path find_gguf(const std::filesystem::path& dir);
 
 // --phase prefill|decode|both.
 PerPhase<bool> parse_phases(const std::string& phase);
 
-// Checks --backend before any work (cuda needs a CUDA build).
-void check_backend_flag(const std::string& backend);
 // The pass of --backend; cuda needs a Hopper GPU.
-StatsBackend stats_backend(const std::string& backend);
+StatsBackend stats_backend(const PassFlags& flags);
 
-// Checks --captures-dir (empty: none) before any work.
-void check_captures_dir(const std::string& captures_dir);
-
-// Q/K of the prompts: the CPU forward pass, or the captures under captures_dir. needs_sha: the
+// Q/K of the prompts: the CPU forward pass, or the captures under --captures-dir. needs_sha: the
 // model's checksum keys a cache or checks the captures (a read of the whole file).
 std::unique_ptr<CaptureSource> capture_source(const gguf::File& file, const ModelConfig& model,
                                               const std::filesystem::path& gguf_path,
-                                              const std::string& captures_dir, bool needs_sha,
-                                              int threads);
+                                              const PassFlags& flags, bool needs_sha);
 
 }  // namespace skipsoftmax::cli

@@ -39,12 +39,7 @@ struct CalibrateArgs {
   int samples = 4;
   std::uint64_t seed = 0;
   std::string cache_dir;
-  std::string backend = "cpu";
-  std::string captures_dir;
-  std::string corpus_dir;
-  int decode_steps = 16;
-  int decode_splits = 1;
-  int threads = 0;
+  PassFlags pass;
   std::string write_samples;
   bool dry_run = false;
 };
@@ -66,20 +61,16 @@ CalibrationSettings parse_settings(const CalibrateArgs& a) {
   }
   if (!(a.mass_ratio > 0.0)) fail("--mass-ratio must be > 0, got " + std::to_string(a.mass_ratio));
   if (a.samples < 1) fail("--samples must be >= 1, got " + std::to_string(a.samples));
-  if (a.decode_steps < 1 || a.decode_steps > a.bin_min) {
-    fail("--decode-steps must lie in [1, --bin-min], got " + std::to_string(a.decode_steps));
+  check_pass_flags(a.pass);
+  if (a.pass.decode_steps > a.bin_min) {
+    fail("--decode-steps must lie in [1, --bin-min], got " + std::to_string(a.pass.decode_steps));
   }
-  if (a.decode_splits < 1) {
-    fail("--decode-splits must be >= 1, got " + std::to_string(a.decode_splits));
-  }
-  if (a.threads < 0) fail("--threads must be >= 0 (0: all cores)");
-  check_backend_flag(a.backend);
   s.samples = a.samples;
   s.seed = a.seed;
   s.mass_ratio = a.mass_ratio;
-  s.decode_steps = a.decode_steps;
-  s.decode_splits = a.decode_splits;
-  s.num_threads = a.threads;
+  s.decode_steps = a.pass.decode_steps;
+  s.decode_splits = a.pass.decode_splits;
+  s.num_threads = a.pass.threads;
   if (!a.cache_dir.empty()) s.cache_dir = fs::path(a.cache_dir);
   return s;
 }
@@ -143,27 +134,24 @@ void run_calibrate(const CalibrateArgs& a) {
   const gguf::File file = gguf::File::open(gguf_path);
   const ModelConfig model = read_model_config(file);
   check_context(s, model);
-  check_captures_dir(a.captures_dir);
   s.prefill_tiles = prefill_vote_tiles(model.head_dim, KvOrder::kSinkThenReverse);
   s.decode_tile_k = decode_tile_k(model.head_dim);
-  const StatsBackend backend = stats_backend(a.backend);
+  const StatsBackend backend = stats_backend(a.pass);
 
-  const fs::path corpus_dir = a.corpus_dir.empty() ? default_corpus_dir() : fs::path(a.corpus_dir);
-  RulerCorpus corpus(corpus_dir, CorpusSplit::kCalibration, model_tokenizer(file));
+  RulerCorpus corpus(corpus_dir(a.pass), CorpusSplit::kCalibration, model_tokenizer(file));
   if (!a.write_samples.empty()) {
     write_samples(a.write_samples, s, corpus);
     return;
   }
 
   // The model's checksum keys the cache and checks the captures; it costs a read of the file.
-  const std::unique_ptr<CaptureSource> source =
-      capture_source(file, model, gguf_path, a.captures_dir,
-                     s.cache_dir.has_value() || !a.captures_dir.empty(), a.threads);
+  const std::unique_ptr<CaptureSource> source = capture_source(
+      file, model, gguf_path, a.pass, s.cache_dir.has_value() || !a.pass.captures_dir.empty());
 
   std::cerr << "skipsoftmax calibrate: " << model.architecture << ", " << model.layers
             << " layers, " << s.bins.size() << " bins x " << s.samples << " prompts, backend "
             << backend.name << ", Q/K from "
-            << (a.captures_dir.empty() ? "the CPU forward pass" : a.captures_dir) << '\n';
+            << (a.pass.captures_dir.empty() ? "the CPU forward pass" : a.pass.captures_dir) << '\n';
   const CalibrationResult result = run_calibration(
       s, model, corpus, *source, backend,
       [](const std::string& line) { std::cerr << "skipsoftmax calibrate: " << line << '\n'; });
@@ -198,18 +186,7 @@ void add_calibrate(CLI::App& app) {
   sub->add_option("--seed", a->seed, "Seed of the prompts")->capture_default_str();
   sub->add_option("--cache-dir", a->cache_dir,
                   "Cache of per-prompt statistics, keyed by the model's SHA-256 and the prompt");
-  sub->add_option("--backend", a->backend, "Statistics pass: cpu (float64) or cuda (fp32)")
-      ->capture_default_str();
-  sub->add_option("--captures-dir", a->captures_dir,
-                  "Read post-RoPE Q/K captures (npy + manifest.json) instead of running the CPU "
-                  "forward pass");
-  sub->add_option("--corpus-dir", a->corpus_dir,
-                  "Books of the prompts (default $SKIPSOFTMAX_CORPUS_DIR or /work/shared/corpora)");
-  sub->add_option("--decode-steps", a->decode_steps, "Decode steps at the end of each prompt")
-      ->capture_default_str();
-  sub->add_option("--decode-splits", a->decode_splits, "Split-KV parts of the decode vote")
-      ->capture_default_str();
-  sub->add_option("--threads", a->threads, "CPU threads (0: all)")->capture_default_str();
+  add_pass_flags(*sub, a->pass);
   sub->add_option("--write-samples", a->write_samples,
                   "Write the prompts (int32 .npy and prompts.json) to this directory and stop");
   sub->add_flag("--dry-run", a->dry_run, "Calibrate and print, but leave config.json alone");

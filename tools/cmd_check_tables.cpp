@@ -33,12 +33,7 @@ struct CheckArgs {
   int samples = 4;
   std::uint64_t seed = 1;
   double tolerance = 0.02;
-  std::string backend = "cpu";
-  std::string captures_dir;
-  std::string corpus_dir;
-  int decode_steps = 16;
-  int decode_splits = 1;
-  int threads = 0;
+  PassFlags pass;
   std::string save_results;
 };
 
@@ -99,15 +94,11 @@ void check_flags(const CheckArgs& a) {
   if (!(a.tolerance > 0.0 && a.tolerance < 1.0)) {
     fail("--tolerance must lie in (0, 1), got " + std::to_string(a.tolerance));
   }
-  if (a.decode_steps < 1) fail("--decode-steps must be >= 1");
-  if (a.decode_steps > a.lengths.front()) {
-    fail("--decode-steps " + std::to_string(a.decode_steps) + " exceeds the shortest length " +
+  check_pass_flags(a.pass);
+  if (a.pass.decode_steps > a.lengths.front()) {
+    fail("--decode-steps " + std::to_string(a.pass.decode_steps) + " exceeds the shortest length " +
          std::to_string(a.lengths.front()));
   }
-  if (a.decode_splits < 1) fail("--decode-splits must be >= 1");
-  if (a.threads < 0) fail("--threads must be >= 0 (0: all cores)");
-  check_backend_flag(a.backend);
-  check_captures_dir(a.captures_dir);
   if (!a.save_results.empty()) check_output_file(a.save_results);
 }
 
@@ -127,9 +118,9 @@ void run_check(const CheckArgs& a) {
   s.lengths = a.lengths;
   s.samples = a.samples;
   s.seed = a.seed;
-  s.decode_steps = a.decode_steps;
-  s.decode_splits = a.decode_splits;
-  s.num_threads = a.threads;
+  s.decode_steps = a.pass.decode_steps;
+  s.decode_splits = a.pass.decode_splits;
+  s.num_threads = a.pass.threads;
   PerPhase<PhasePlan> plans;
   TableArm tables{"tables", {}}, flat{"flat S", {}};
   for (Phase p : kPhases) {
@@ -149,11 +140,10 @@ void run_check(const CheckArgs& a) {
   }
   s.prefill_tiles = prefill_vote_tiles(model.head_dim, KvOrder::kSinkThenReverse);
   s.decode_tile_k = decode_tile_k(model.head_dim);
-  const StatsBackend backend = stats_backend(a.backend);
-  const fs::path corpus_dir = a.corpus_dir.empty() ? default_corpus_dir() : fs::path(a.corpus_dir);
-  RulerCorpus corpus(corpus_dir, CorpusSplit::kEvaluation, model_tokenizer(file));
+  const StatsBackend backend = stats_backend(a.pass);
+  RulerCorpus corpus(corpus_dir(a.pass), CorpusSplit::kEvaluation, model_tokenizer(file));
   const std::unique_ptr<CaptureSource> source =
-      capture_source(file, model, gguf_path, a.captures_dir, !a.captures_dir.empty(), a.threads);
+      capture_source(file, model, gguf_path, a.pass, !a.pass.captures_dir.empty());
 
   std::cerr << "skipsoftmax check-tables: " << model.architecture << ", " << s.lengths.size()
             << " lengths x " << s.samples << " prompts from the held-out books (seed " << s.seed
@@ -254,17 +244,7 @@ void add_check_tables(CLI::App& app) {
   sub->add_option("--tolerance", a->tolerance,
                   "Largest distance from the target, as a fraction (0.02: 2 points)")
       ->capture_default_str();
-  sub->add_option("--backend", a->backend, "Statistics pass: cpu (float64) or cuda (fp32)")
-      ->capture_default_str();
-  sub->add_option("--captures-dir", a->captures_dir,
-                  "Read post-RoPE Q/K captures instead of running the CPU forward pass");
-  sub->add_option("--corpus-dir", a->corpus_dir,
-                  "Books of the prompts (default $SKIPSOFTMAX_CORPUS_DIR or /work/shared/corpora)");
-  sub->add_option("--decode-steps", a->decode_steps, "Decode steps at the end of each prompt")
-      ->capture_default_str();
-  sub->add_option("--decode-splits", a->decode_splits, "Split-KV parts of the decode vote")
-      ->capture_default_str();
-  sub->add_option("--threads", a->threads, "CPU threads (0: all)")->capture_default_str();
+  add_pass_flags(*sub, a->pass);
   sub->add_option("--save-results", a->save_results, "Write the measurements as JSON here");
   sub->callback([a] { run_check(*a); });
 }
