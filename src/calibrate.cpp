@@ -21,12 +21,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::string_view kCacheFormat = "skipsoftmax calibration statistics v1";
 
-std::string percent(double fraction, int decimals = 1) {
-  std::ostringstream out;
-  out << std::fixed << std::setprecision(decimals) << fraction * 100.0 << '%';
-  return out.str();
-}
-
 // What the statistics of one prompt and phase depend on: the cache key.
 std::string cache_key_text(const CalibrationSettings& s, const ModelConfig& m,
                            const LayerPlan& layers, const CaptureSource& source,
@@ -94,6 +88,26 @@ CriticalHistogram pooled(const TileStats& stats) {
   return h;
 }
 
+PerPhase<StatsOptions> stats_options(const PromptPass& s) {
+  PerPhase<StatsOptions> o;
+  o.prefill.tiles = s.prefill_tiles;
+  o.prefill.num_threads = s.num_threads;
+  o.decode.tiles.tile_k = s.decode_tile_k;
+  o.decode.num_splits = s.decode_splits;
+  o.decode.num_threads = s.num_threads;
+  return o;
+}
+
+// One phase's statistics over one layer's capture of an n-token prompt: its causal prefill, or
+// its last decode_steps tokens as decode steps (capture_decode_steps).
+TileStats capture_tile_stats(Phase phase, const LayerCapture& c, const ModelConfig& m,
+                             std::int64_t n, int decode_steps, const StatsBackend& backend,
+                             const StatsOptions& options) {
+  if (phase == Phase::kPrefill) return backend.prefill(capture_prefill_problem(c, m, n), options);
+  const DecodeSteps d = capture_decode_steps(c, m, n, decode_steps);
+  return backend.decode(d.problem, options);
+}
+
 }  // namespace
 
 void ProgressMeter::report(const std::string& where, bool force) {
@@ -104,7 +118,7 @@ void ProgressMeter::report(const std::string& where, bool force) {
   std::string line = where;
   if (total_ > 0.0) {
     const double frac = std::min(1.0, done_ / total_);
-    line += "; " + percent(frac, 0) + " of the work, " + format_duration(elapsed) + " elapsed";
+    line += "; " + percent_text(frac, 0) + " of the work, " + format_duration(elapsed) + " elapsed";
     if (frac > 0.0 && frac < 1.0) {
       line += ", ETA " + format_duration(elapsed * (1.0 - frac) / frac);
     }
@@ -112,8 +126,44 @@ void ProgressMeter::report(const std::string& where, bool force) {
   fn_(line);
 }
 
-std::int64_t sample_length(const CalibrationSettings& s, std::int64_t bin) {
-  return bin + (s.phases.decode ? s.decode_steps - 1 : 0);
+std::int64_t sample_length(const PromptPass& s, std::int64_t length) {
+  return length + (s.phases.decode ? s.decode_steps - 1 : 0);
+}
+
+std::vector<Phase> voted_phases(const PromptPass& s) {
+  std::vector<Phase> phases;
+  for (Phase p : kPhases) {
+    if (s.phases[p]) phases.push_back(p);
+  }
+  if (phases.empty()) throw std::invalid_argument("no phase to vote on");
+  return phases;
+}
+
+double prompt_work(std::int64_t n, const LayerPlan& layers) {
+  return static_cast<double>(n) * static_cast<double>(n) *
+         static_cast<double>(layers.pooled.size());
+}
+
+void prompt_tile_stats(const PromptPass& s, const ModelConfig& model, CaptureSource& source,
+                       const StatsBackend& backend, const LayerPlan& layers,
+                       std::span<const std::int32_t> tokens, std::span<const Phase> phases,
+                       ProgressMeter& meter, const std::string& where,
+                       const std::function<void(std::size_t, TileStats&&)>& sink) {
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  const PerPhase<StatsOptions> options = stats_options(s);
+  const double per_layer = prompt_work(n, layers) / static_cast<double>(layers.pooled.size());
+  std::size_t done = 0;
+  source.capture(tokens, layers.pooled, [&](LayerCapture&& c) {
+    for (std::size_t i = 0; i < phases.size(); ++i) {
+      sink(i,
+           capture_tile_stats(phases[i], c, model, n, s.decode_steps, backend, options[phases[i]]));
+    }
+    ++done;
+    meter.advance(per_layer);
+    meter.report(
+        where + ": layer " + std::to_string(done) + "/" + std::to_string(layers.pooled.size()),
+        done == layers.pooled.size());
+  });
 }
 
 TextTokenizer model_tokenizer(const gguf::File& file) {
@@ -184,23 +234,10 @@ DecodeSteps capture_decode_steps(const LayerCapture& c, const ModelConfig& m, st
   return d;
 }
 
-PerPhase<StatsOptions> stats_options(const TileShape& prefill_tiles, int decode_tile_k,
-                                     int decode_splits, int num_threads) {
-  PerPhase<StatsOptions> o;
-  o.prefill.tiles = prefill_tiles;
-  o.prefill.num_threads = num_threads;
-  o.decode.tiles.tile_k = decode_tile_k;
-  o.decode.num_splits = decode_splits;
-  o.decode.num_threads = num_threads;
-  return o;
-}
-
-TileStats capture_tile_stats(Phase phase, const LayerCapture& c, const ModelConfig& m,
-                             std::int64_t n, int decode_steps, const StatsBackend& backend,
-                             const StatsOptions& options) {
-  if (phase == Phase::kPrefill) return backend.prefill(capture_prefill_problem(c, m, n), options);
-  const DecodeSteps d = capture_decode_steps(c, m, n, decode_steps);
-  return backend.decode(d.problem, options);
+std::string percent_text(double fraction, int decimals) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(decimals) << fraction * 100.0 << '%';
+  return out.str();
 }
 
 std::string format_duration(double seconds) {
@@ -223,26 +260,15 @@ CalibrationResult run_calibration(const CalibrationSettings& s, const ModelConfi
   if (layers.pooled.empty()) {
     throw std::runtime_error("every layer of the model is a sliding-window layer: nothing skips");
   }
-  std::vector<Phase> phases;
-  for (Phase p : kPhases) {
-    if (s.phases[p]) phases.push_back(p);
-  }
-  if (phases.empty()) throw std::invalid_argument("no phase to calibrate");
+  const std::vector<Phase> phases = voted_phases(s);
   result.phases.resize(phases.size());
   for (PhaseResult& r : result.phases) {
     for (std::int64_t bin : s.bins) r.pools.push_back({bin, {}});
   }
 
-  const auto work_of = [&](std::int64_t bin) {
-    const double n = static_cast<double>(sample_length(s, bin));
-    return n * n * static_cast<double>(layers.pooled.size());
-  };
   double total = 0.0;
-  for (std::int64_t bin : s.bins) total += work_of(bin) * s.samples;
+  for (std::int64_t bin : s.bins) total += prompt_work(sample_length(s, bin), layers) * s.samples;
   ProgressMeter meter(progress, total);
-
-  const PerPhase<StatsOptions> options =
-      stats_options(s.prefill_tiles, s.decode_tile_k, s.decode_splits, s.num_threads);
 
   for (std::size_t bi = 0; bi < s.bins.size(); ++bi) {
     const std::int64_t bin = s.bins[bi];
@@ -255,7 +281,8 @@ CalibrationResult run_calibration(const CalibrationSettings& s, const ModelConfi
       // Per phase: the cached statistics, or the file to store fresh ones in.
       std::vector<std::vector<CriticalHistogram>> per_layer(phases.size());
       std::vector<std::string> keys(phases.size());
-      std::vector<std::size_t> missing;
+      std::vector<std::size_t> missing;  // indices in phases
+      std::vector<Phase> to_compute;
       for (std::size_t pi = 0; pi < phases.size(); ++pi) {
         if (s.cache_dir) {
           keys[pi] = cache_key_text(s, model, layers, source, backend, phases[pi], sample.tokens);
@@ -266,25 +293,18 @@ CalibrationResult run_calibration(const CalibrationSettings& s, const ModelConfi
           }
         }
         missing.push_back(pi);
+        to_compute.push_back(phases[pi]);
       }
       ++result.prompts;
       if (missing.empty()) {
         ++result.prompts_from_cache;
-        meter.drop(work_of(bin));
+        meter.drop(prompt_work(n, layers));
         meter.report(where + ": statistics from the cache", true);
       } else {
-        std::size_t done = 0;
-        source.capture(sample.tokens, layers.pooled, [&](LayerCapture&& c) {
-          for (std::size_t pi : missing) {
-            per_layer[pi].push_back(pooled(capture_tile_stats(
-                phases[pi], c, model, n, s.decode_steps, backend, options[phases[pi]])));
-          }
-          ++done;
-          meter.advance(work_of(bin) / static_cast<double>(layers.pooled.size()));
-          meter.report(where + ": layer " + std::to_string(done) + "/" +
-                           std::to_string(layers.pooled.size()),
-                       done == layers.pooled.size());
-        });
+        prompt_tile_stats(s, model, source, backend, layers, sample.tokens, to_compute, meter,
+                          where, [&](std::size_t k, TileStats&& stats) {
+                            per_layer[missing[k]].push_back(pooled(stats));
+                          });
         if (s.cache_dir) {
           for (std::size_t pi : missing) {
             save_cached(cache_file(*s.cache_dir, keys[pi]), keys[pi], layers, per_layer[pi]);
@@ -339,10 +359,10 @@ std::string calibration_summary(const CalibrationSettings& s, const CalibrationR
       if (b.scale) {
         std::ostringstream scale;
         scale << std::setprecision(6) << *b.scale;
-        out << std::setw(14) << scale.str() << std::setw(11) << percent(b.sparsity)
-            << percent(b.mass_share, 3) << '\n';
+        out << std::setw(14) << scale.str() << std::setw(11) << percent_text(b.sparsity)
+            << percent_text(b.mass_share, 3) << '\n';
       } else {
-        out << "unreachable: at most " << percent(b.sparsity) << " of the tiles can skip\n";
+        out << "unreachable: at most " << percent_text(b.sparsity) << " of the tiles can skip\n";
       }
     }
   }
@@ -371,9 +391,9 @@ std::string calibration_summary(const CalibrationSettings& s, const CalibrationR
           << format_percent(r.fit.deployed_target) << " is reached at no bin\n";
     }
     const ShapeAdvice& a = r.advice;
-    out << phase << " shape advice: " << a.verdict() << " (sparsity " << percent(a.sparsity)
-        << ", skipped mass share " << percent(a.mass_share, 3) << " at the tail of " << a.requests
-        << " requests, ratio ";
+    out << phase << " shape advice: " << a.verdict() << " (sparsity " << percent_text(a.sparsity)
+        << ", skipped mass share " << percent_text(a.mass_share, 3) << " at the tail of "
+        << a.requests << " requests, ratio ";
     if (std::isfinite(a.mass_ratio)) {
       out << std::setprecision(3) << a.mass_ratio;
     } else {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,25 +28,33 @@
 
 namespace skipsoftmax {
 
-struct CalibrationSettings {
+// What the passes over RULER prompts share, calibration's and the held-out check's
+// (table_check.h): the phases voted, the prompts per length and the kernels' vote tiles.
+struct PromptPass {
   PerPhase<bool> phases;
-  std::vector<std::int64_t> bins;  // calibration_bins()
-  std::int64_t max_seqlen = 0;     // --max-seqlen, recorded with the advice
-  int samples = 4;                 // prompts per bin
+  int samples = 4;  // prompts per length
   std::uint64_t seed = 0;
-  std::optional<double> target;  // nullopt: the ladder, 75% deployed
-  double mass_ratio = 0.3;       // the advisor's limit on mass share / sparsity
   int decode_steps = 16;
   int decode_splits = 1;
   TileShape prefill_tiles;  // the prefill kernels' vote tiles
   int decode_tile_k = 64;   // the decode kernels' vote tile
-  std::optional<std::filesystem::path> cache_dir;
   int num_threads = 0;
 };
 
-// Tokens of a bin's prompts: the bin, plus decode_steps - 1 when decode is calibrated (its steps
-// then see KV lengths bin .. bin + decode_steps - 1, all under the bin's table row).
-std::int64_t sample_length(const CalibrationSettings& s, std::int64_t bin);
+struct CalibrationSettings : PromptPass {
+  std::vector<std::int64_t> bins;  // calibration_bins()
+  std::int64_t max_seqlen = 0;     // --max-seqlen, recorded with the advice
+  std::optional<double> target;    // nullopt: the ladder, 75% deployed
+  double mass_ratio = 0.3;         // the advisor's limit on mass share / sparsity
+  std::optional<std::filesystem::path> cache_dir;
+};
+
+// Tokens of the prompts for a KV length (a bin): the length, plus decode_steps - 1 when decode is
+// voted (its steps then see KV lengths length .. length + decode_steps - 1, all under one row).
+std::int64_t sample_length(const PromptPass& s, std::int64_t length);
+
+// The voted phases, prefill first. Throws std::invalid_argument when there are none.
+std::vector<Phase> voted_phases(const PromptPass& s);
 
 // Text -> ids with the checkpoint's own tokenizer (byte-level BPE today; load_tokenizer() of
 // tokenizer.h once it covers the other families). Throws what the tokenizer's loader throws.
@@ -74,16 +83,6 @@ struct DecodeSteps {
 };
 DecodeSteps capture_decode_steps(const LayerCapture& c, const ModelConfig& m, std::int64_t n,
                                  int steps);
-
-// The options of each phase's statistics pass: the kernels' vote tiles.
-PerPhase<StatsOptions> stats_options(const TileShape& prefill_tiles, int decode_tile_k,
-                                     int decode_splits, int num_threads);
-
-// One phase's statistics over one layer's capture of an n-token prompt: its causal prefill, or
-// its last decode_steps tokens as decode steps (capture_decode_steps).
-TileStats capture_tile_stats(Phase phase, const LayerCapture& c, const ModelConfig& m,
-                             std::int64_t n, int decode_steps, const StatsBackend& backend,
-                             const StatsOptions& options);
 
 struct PhaseResult {
   PhaseFit fit;
@@ -120,6 +119,19 @@ class ProgressMeter {
   std::chrono::steady_clock::time_point last_{};
 };
 
+// The progress weight of one prompt of n tokens: n^2 per pooled layer.
+double prompt_work(std::int64_t n, const LayerPlan& layers);
+
+// One prompt through the capture source and the statistics pass: for each pooled layer, in order,
+// and each of `phases`, sink(index in phases, that phase's statistics of the layer), the tiles
+// and visit orders of the kernels. Progress per layer on `meter`, under `where`. Throws what the
+// source or the backend throws.
+void prompt_tile_stats(const PromptPass& s, const ModelConfig& model, CaptureSource& source,
+                       const StatsBackend& backend, const LayerPlan& layers,
+                       std::span<const std::int32_t> tokens, std::span<const Phase> phases,
+                       ProgressMeter& meter, const std::string& where,
+                       const std::function<void(std::size_t, TileStats&&)>& sink);
+
 // Throws what the corpus, the source or the backend throws; writes nothing but cache files.
 CalibrationResult run_calibration(const CalibrationSettings& settings, const ModelConfig& model,
                                   RulerCorpus& corpus, CaptureSource& source,
@@ -133,6 +145,9 @@ nlohmann::ordered_json calibration_updates(const CalibrationSettings& settings,
 // The summary table and the verdicts, for people.
 std::string calibration_summary(const CalibrationSettings& settings,
                                 const CalibrationResult& result);
+
+// 0.7512 -> "75.1%" (decimals 1).
+std::string percent_text(double fraction, int decimals = 1);
 
 // "1:05:03", "4:10".
 std::string format_duration(double seconds);

@@ -2,7 +2,7 @@
 // `skipsoftmax check-tables`: RULER prompts from the held-out books (CorpusSplit::kEvaluation, a
 // seed of their own), captured and voted on exactly as calibration does (calibrate.h: the same
 // tiles, visit order, decode steps and splits), and each tile counted as the kernels decide it, at
-// lambda = table.lambda_for(L) of its own sequence. Each arm is a pair of tables; the tool checks
+// lambda = table.lambda_for(L) of its own sequence. Each arm is a table per phase; the tool checks
 // the tier's tables against a flat S (the tier's first row at every length), the curve that
 // drifts when S depends on the length.
 #pragma once
@@ -16,25 +16,12 @@
 
 namespace skipsoftmax {
 
-struct TableCheckSettings {
-  PerPhase<bool> phases;
-  std::vector<std::int64_t> lengths;  // KV lengths checked, increasing
-  int samples = 4;                    // prompts per length
-  std::uint64_t seed = 1;
-  int decode_steps = 16;  // decode steps see lengths L .. L + decode_steps - 1, as calibration's
-  int decode_splits = 1;
-  TileShape prefill_tiles;
-  int decode_tile_k = 64;
-  int num_threads = 0;
+struct TableCheckSettings : PromptPass {
+  std::vector<std::int64_t> lengths;  // KV lengths checked, increasing (prompts: sample_length())
 };
 
-// Tokens of a length's prompts: sample_length() of calibrate.h, with the length as the bin.
-std::int64_t check_prompt_length(const TableCheckSettings& s, std::int64_t length);
-
-struct TableArm {
-  std::string label;
-  PerPhase<ScaleTable> tables;
-};
+// The tables of one arm, per phase.
+using TableArm = PerPhase<ScaleTable>;
 
 // The tiles of a pass and those `table` skips, each sequence at its own lambda (the guard
 // included): the decisions of the kernels and of the CPU reference.

@@ -211,12 +211,11 @@ TEST_F(Calibrate, CheckOnTheCalibrationPromptsReachesTheTarget) {
   s.decode_splits = settings_.decode_splits;
   s.prefill_tiles = settings_.prefill_tiles;
   s.decode_tile_k = settings_.decode_tile_k;
-  EXPECT_EQ(check_prompt_length(s, 512), sample_length(settings_, 512));
-  TableArm tables{"tables", {}}, flat{"flat", {}};
+  TableArm tables, flat;
   for (const PhaseResult& p : cal.phases) {
-    tables.tables[p.fit.phase] = p.fit.deployed().table();
-    ASSERT_FALSE(tables.tables[p.fit.phase].empty()) << to_string(p.fit.phase);
-    flat.tables[p.fit.phase] = ScaleTable({tables.tables[p.fit.phase].rows().front()});
+    tables[p.fit.phase] = p.fit.deployed().table();
+    ASSERT_FALSE(tables[p.fit.phase].empty()) << to_string(p.fit.phase);
+    flat[p.fit.phase] = ScaleTable({tables[p.fit.phase].rows().front()});
   }
   RulerCorpus corpus(corpus_dir_, CorpusSplit::kCalibration, word_tokenizer());
   FakeSource again(small_model());
@@ -229,8 +228,7 @@ TEST_F(Calibrate, CheckOnTheCalibrationPromptsReachesTheTarget) {
   for (const PhaseResult& p : cal.phases) {
     for (std::size_t i = 0; i < p.fit.deployed().bins.size(); ++i) {
       const BinFit& bin = p.fit.deployed().bins[i];
-      const TableCheckPoint& pt =
-          r.points[(p.fit.phase == Phase::kPrefill ? 0 : 2) + i];
+      const TableCheckPoint& pt = r.points[(p.fit.phase == Phase::kPrefill ? 0 : 2) + i];
       EXPECT_EQ(pt.length, bin.bin);
       EXPECT_EQ(pt.arms[0].visited, static_cast<std::uint64_t>(p.pools[i].hist.tiles()));
       if (!bin.scale) continue;
@@ -239,7 +237,7 @@ TEST_F(Calibrate, CheckOnTheCalibrationPromptsReachesTheTarget) {
         EXPECT_EQ(pt.arms[1].skipped, pt.arms[0].skipped);
       }
     }
-    const HoldVerdict v = hold_verdict(r, p.fit.phase, tables.tables[p.fit.phase], 0.5, 0.02);
+    const HoldVerdict v = hold_verdict(r, p.fit.phase, tables[p.fit.phase], 0.5, 0.02);
     EXPECT_TRUE(v.pass) << to_string(p.fit.phase) << " " << v.lowest << "-" << v.highest;
     EXPECT_GT(v.judged, 0);
   }

@@ -19,6 +19,7 @@
 #include "skipsoftmax/decode.h"
 #include "skipsoftmax/prefill.h"
 #include "table_check.h"
+#include "table_json.h"
 
 namespace skipsoftmax::cli {
 namespace {
@@ -39,19 +40,8 @@ struct CheckArgs {
 
 [[noreturn]] void fail(const std::string& what) { throw std::invalid_argument(what); }
 
-std::string percent(double fraction) {
-  std::ostringstream out;
-  out << std::fixed << std::setprecision(1) << fraction * 100.0 << '%';
-  return out.str();
-}
-
-// The tier a phase is checked at, and its tables.
-struct PhasePlan {
-  const Tier* tier = nullptr;
-  ScaleTable flat;  // the tier's first row at every length
-};
-
-PhasePlan plan_phase(const CheckpointConfig& ck, Phase phase, const std::string& tier_flag) {
+// The tier a phase is checked at: --tier, else the checkpoint's deployed target.
+const Tier& checked_tier(const CheckpointConfig& ck, Phase phase, const std::string& tier_flag) {
   const CheckpointPhase& cp = ck.phases[phase];
   const char* name = to_string(phase);
   double sparsity = 0.0;
@@ -68,17 +58,15 @@ PhasePlan plan_phase(const CheckpointConfig& ck, Phase phase, const std::string&
          " target sparsity: name the tier to check with --tier (calibrated: " + cp.tier_list() +
          ")");
   }
-  PhasePlan plan;
-  plan.tier = cp.find_tier(sparsity);
-  if (plan.tier == nullptr) {
+  const Tier* tier = cp.find_tier(sparsity);
+  if (tier == nullptr) {
     fail(std::string("the checkpoint has no ") + name + " tier " + format_percent(sparsity) +
          " (calibrated: " + cp.tier_list() + "); run skipsoftmax calibrate first");
   }
-  if (plan.tier->table.empty()) {
-    fail(std::string(name) + " tier " + plan.tier->key + " is an empty table: nothing to check");
+  if (tier->table.empty()) {
+    fail(std::string(name) + " tier " + tier->key + " is an empty table: nothing to check");
   }
-  plan.flat = ScaleTable({plan.tier->table.rows().front()});
-  return plan;
+  return *tier;
 }
 
 void check_flags(const CheckArgs& a) {
@@ -102,12 +90,6 @@ void check_flags(const CheckArgs& a) {
   if (!a.save_results.empty()) check_output_file(a.save_results);
 }
 
-nlohmann::ordered_json table_json(const ScaleTable& t) {
-  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-  for (const ScaleTableRow& r : t.rows()) rows.push_back({r.seqlen_bin, r.scale});
-  return rows;
-}
-
 void run_check(const CheckArgs& a) {
   check_flags(a);
   const fs::path model_dir(a.model_dir);
@@ -121,18 +103,18 @@ void run_check(const CheckArgs& a) {
   s.decode_steps = a.pass.decode_steps;
   s.decode_splits = a.pass.decode_splits;
   s.num_threads = a.pass.threads;
-  PerPhase<PhasePlan> plans;
-  TableArm tables{"tables", {}}, flat{"flat S", {}};
-  for (Phase p : kPhases) {
-    if (!s.phases[p]) continue;
-    plans[p] = plan_phase(ck, p, a.tier);
-    tables.tables[p] = plans[p].tier->table;
-    flat.tables[p] = plans[p].flat;
+  // Arm 0: the tier's tables; arm 1: a flat S, the tier's first row at every length.
+  PerPhase<const Tier*> tiers{};
+  TableArm tables, flat;
+  for (Phase p : voted_phases(s)) {
+    tiers[p] = &checked_tier(ck, p, a.tier);
+    tables[p] = tiers[p]->table;
+    flat[p] = ScaleTable({tables[p].rows().front()});
   }
 
   const gguf::File file = gguf::File::open(gguf_path);
   const ModelConfig model = read_model_config(file);
-  const std::int64_t longest = check_prompt_length(s, s.lengths.back());
+  const std::int64_t longest = sample_length(s, s.lengths.back());
   if (longest > model.context_length) {
     fail("--lengths " + std::to_string(s.lengths.back()) + " needs prompts of " +
          std::to_string(longest) + " tokens, more than the model's context length " +
@@ -171,15 +153,14 @@ void run_check(const CheckArgs& a) {
   bool pass = true;
   std::ostringstream text;
   text << std::left;
-  for (Phase p : kPhases) {
-    if (!s.phases[p]) continue;
-    const PhasePlan& plan = plans[p];
-    const double target = plan.tier->sparsity;
-    const HoldVerdict v = hold_verdict(r, p, tables.tables[p], target, a.tolerance);
+  for (Phase p : voted_phases(s)) {
+    const Tier& tier = *tiers[p];
+    const double target = tier.sparsity;
+    const HoldVerdict v = hold_verdict(r, p, tables[p], target, a.tolerance);
     pass = pass && v.pass;
     nlohmann::ordered_json points = nlohmann::ordered_json::array();
     text << '\n'
-         << to_string(p) << ", tier " << plan.tier->key << " (target " << percent(target) << " +- "
+         << to_string(p) << ", tier " << tier.key << " (target " << percent_text(target) << " +- "
          << a.tolerance * 100.0 << " points)\n"
          << std::setw(9) << "length" << std::setw(10) << "tables" << std::setw(10) << "flat S"
          << "tiles\n";
@@ -188,12 +169,13 @@ void run_check(const CheckArgs& a) {
       nlohmann::ordered_json j = {{"length", pt.length}, {"tiles", pt.arms[0].visited}};
       text << std::setw(9) << pt.length;
       for (std::size_t arm = 0; arm < 2; ++arm) {
-        const ScaleTable& t = arm == 0 ? tables.tables[p] : flat.tables[p];
+        const ScaleTable& t = arm == 0 ? tables[p] : flat[p];
         const bool dense = t.lambda_for(pt.length) == 0.0;
         const char* key = arm == 0 ? "tables" : "flat";
         j[key] = dense ? nlohmann::ordered_json(nullptr)
                        : nlohmann::ordered_json(pt.arms[arm].sparsity());
-        text << std::setw(10) << (dense ? std::string("dense") : percent(pt.arms[arm].sparsity()));
+        text << std::setw(10)
+             << (dense ? std::string("dense") : percent_text(pt.arms[arm].sparsity()));
       }
       text << pt.arms[0].visited << '\n';
       points.push_back(std::move(j));
@@ -202,8 +184,8 @@ void run_check(const CheckArgs& a) {
     if (v.judged == 0) {
       text << "the tables skip at no length checked: FAIL\n";
     } else {
-      text << "the tables hold " << percent(v.lowest) << "-" << percent(v.highest) << " at the "
-           << v.judged << " lengths where they skip: " << (v.pass ? "PASS" : "FAIL");
+      text << "the tables hold " << percent_text(v.lowest) << "-" << percent_text(v.highest)
+           << " at the " << v.judged << " lengths where they skip: " << (v.pass ? "PASS" : "FAIL");
       if (!v.pass) {
         text << " (outside at";
         for (std::int64_t l : v.outside) text << ' ' << l;
@@ -211,10 +193,10 @@ void run_check(const CheckArgs& a) {
       }
       text << '\n';
     }
-    out["phases"][to_string(p)] = {{"tier", plan.tier->key},
+    out["phases"][to_string(p)] = {{"tier", tier.key},
                                    {"target", target},
-                                   {"table", table_json(tables.tables[p])},
-                                   {"flat_table", table_json(flat.tables[p])},
+                                   {"table", scale_table_to_json(tables[p])},
+                                   {"flat_table", scale_table_to_json(flat[p])},
                                    {"points", points},
                                    {"pass", v.pass}};
   }
