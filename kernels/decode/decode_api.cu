@@ -41,7 +41,7 @@ void launch(const decode::Params& params, const DecodeArguments& a, cudaStream_t
 
 // As many splits as fit one wave of two CTAs per multiprocessor (one for head dim 256, whose
 // tiles fill shared memory), rounded down so that no second, almost empty wave follows; at least
-// 4 tiles (256 keys) per split so that the copy pipeline, two tiles deep, runs full.
+// 4 tiles (256 keys) per split, so that the copy pipeline, K three tiles deep, runs full.
 // Example, 132 SMs: batch 1, 8 KV heads, 32k keys: 264 / 8 = 33 splits of 16 tiles; batch 8:
 // 264 / 64 = 4 splits (256 CTAs, not 5 splits in 1.2 waves).
 int decode_num_splits(const DecodeArguments& a) {

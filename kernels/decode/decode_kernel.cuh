@@ -7,7 +7,7 @@
 // 128 output columns: head dim 256 runs 8 warps, two column groups), which keeps its scores, its
 // P and its partial O and row sums in registers; the slices are summed once, at the end. Per
 // tile t, with three barriers:
-//   1. K of tile t + 2 is requested (cp.async, zero-filled past the sequence; its pages were read
+//   1. K of tile t + 3 is requested (cp.async, zero-filled past the sequence; its pages were read
 //      from the page table an iteration earlier, and are kept for its V); K of tile t and V of
 //      tile t - 2 are awaited;
 //   2. S_t = Q K_t^T for the warp's 16 keys; scores past the sequence are -inf; row maxima to
@@ -66,7 +66,14 @@ struct Config {
   static constexpr int kCols = kHeadDim / kColGroups;              // O columns of one warp
   static constexpr int kWarps = kKeySlices * kColGroups;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kStages = 3;  // K two tiles ahead of the vote, P V two tiles behind it
+  // K runs three tiles ahead of the vote and P V two tiles behind it. A skip launch reads little
+  // V, so the K requests alone must keep enough bytes in flight to cover the memory latency:
+  // with two tiles ahead they held half of what a dense launch holds, and a skipped tile took
+  // almost as long as a kept one. 4 + 3 stages of 16 KB (head dim 128) leave room for two CTAs
+  // per multiprocessor.
+  static constexpr int kAheadK = 3;
+  static constexpr int kStagesK = kAheadK + 1;
+  static constexpr int kStagesV = 3;
 };
 
 template <int kHeadDim>
@@ -75,14 +82,18 @@ struct alignas(128) SharedStorage {
   // Tiles are [kTileK][kHeadDim] with the 16-byte chunk c of row r at c ^ (r % 8): ldmatrix
   // reads 8 rows of one chunk column without bank conflicts. After the loop the K stages hold
   // the key slices' partial outputs, [kKeySlices][kMaxGroup][kHeadDim] floats.
-  std::uint16_t k[Cfg::kStages][kTileK * kHeadDim];
-  std::uint16_t v[Cfg::kStages][kTileK * kHeadDim];
+  std::uint16_t k[Cfg::kStagesK][kTileK * kHeadDim];
+  std::uint16_t v[Cfg::kStagesV][kTileK * kHeadDim];
   float warp_max[kKeySlices][kMaxGroup];
   float m_run[kMaxGroup];  // running maximum over the split's tiles so far (raw scores)
   float l[kKeySlices][kMaxGroup];  // the key slices' partial row sums
 };
-static_assert(sizeof(float) * kKeySlices * kMaxGroup * 256 <= 3 * kTileK * 256 * 2,
+static_assert(sizeof(float) * kKeySlices * kMaxGroup * 256 <=
+                  sizeof(SharedStorage<256>::k),
               "the partial outputs fit the K stages");
+static_assert(2 * (sizeof(SharedStorage<128>) + 1024) <= 228 * 1024,
+              "two CTAs of head dim 128 per multiprocessor");
+static_assert(sizeof(SharedStorage<256>) <= 227 * 1024, "one CTA of head dim 256");
 
 __device__ __forceinline__ int swizzle(int row, int chunk) { return chunk ^ (row & 7); }
 
@@ -268,37 +279,36 @@ struct DecodeCta {
   }
 
   // The split's tiles in order. kVote: take the skip vote. Returns the number of tiles skipped.
-  // Every iteration commits two cp.async groups (K two ahead, then this tile's V; either may be
-  // empty), so the waits count the same on every path.
+  // Every iteration commits two cp.async groups (K kAheadK tiles ahead, then this tile's V; either
+  // may be empty), so the waits count the same on every path.
   template <bool kVote>
   __device__ int mainloop(float gap) {
-    constexpr int kStages = Cfg::kStages;
-    static_assert(kStages == 3, "the prologue requests K of tiles 0 and 1, the loop two ahead");
+    constexpr int kAhead = Cfg::kAheadK;
     // Voting splits after the first start from the sink: tile 0's row maxima seed m_run (not O,
     // l or the tile counts), so that a split's far-field tiles meet the maximum they would meet
-    // in one long pass. Its K goes to the stage the loop fills last.
+    // in one long pass. Its K goes to the stage the loop fills first, K of tile kAhead's.
     const bool seed = kVote && tile_begin > 0 && n_tiles > 0;
-    // Pages of the tiles visited this iteration (pg0), one and two ahead (pg1, pg2).
-    int pg0[kPasses], pg1[kPasses], pg2[kPasses];
+    // pg[j]: the pages of tile t + j, for this iteration's V (j = 0) and K (j = kAhead).
+    int pg[kAhead + 1][kPasses];
     if (seed) {
-      lookup_pages(0, pg0);
-      load_tile(s.k[kStages - 1], p.k_pages, 0, pg0);
+      lookup_pages(0, pg[0]);
+      load_tile(s.k[kAhead], p.k_pages, 0, pg[0]);
     }
     hopper::cp_async_commit();
-    lookup_pages(tile_begin, pg0);
-    lookup_pages(tile_begin + 1, pg1);
-    lookup_pages(tile_begin + 2, pg2);
-    if (0 < n_tiles) load_tile(s.k[0], p.k_pages, tile_begin, pg0);
-    hopper::cp_async_commit();
-    hopper::cp_async_commit();
-    if (1 < n_tiles) load_tile(s.k[1], p.k_pages, tile_begin + 1, pg1);
-    hopper::cp_async_commit();
-    hopper::cp_async_commit();
+#pragma unroll
+    for (int j = 0; j <= kAhead; ++j) lookup_pages(tile_begin + j, pg[j]);
+    // The groups the iterations before the first would have committed: K of tile j, no V.
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      if (j < n_tiles) load_tile(s.k[j], p.k_pages, tile_begin + j, pg[j]);
+      hopper::cp_async_commit();
+      hopper::cp_async_commit();
+    }
     if (seed) {
       float sink[2][4];
-      hopper::cp_async_wait<2 * (kStages - 1)>();
+      hopper::cp_async_wait<2 * kAhead>();
       __syncthreads();
-      scores(kStages - 1, 0, sink);
+      scores(kAhead, 0, sink);
       __syncthreads();
       update_max(gap);
     }
@@ -306,18 +316,22 @@ struct DecodeCta {
     unsigned history = 0;  // bit i: the tile visited i iterations ago was skipped
     float s1[2][4], s2[2][4];  // scores of the tiles visited one and two iterations ago
     for (int t = 0; t < n_tiles + 2; ++t) {
-      // Issued first, used next iteration: the pages of tile t + 3.
-      int pg3[kPasses];
-      lookup_pages(tile_begin + t + 3, pg3);
-      if (t + 2 < n_tiles) load_tile(s.k[(t + 2) % kStages], p.k_pages, tile_begin + t + 2, pg2);
+      // Issued first, used next iteration: the pages of tile t + kAhead + 1.
+      int pg_next[kPasses];
+      lookup_pages(tile_begin + t + kAhead + 1, pg_next);
+      if (t + kAhead < n_tiles) {
+        load_tile(s.k[(t + kAhead) % Cfg::kStagesK], p.k_pages, tile_begin + t + kAhead,
+                  pg[kAhead]);
+      }
       hopper::cp_async_commit();
-      // K of tile t and V of tile t - 2 have landed: only K t + 1, V t - 1 and K t + 2 may not.
+      // K of tile t and V of tile t - 2 have landed: only K t + kAhead - 1, V t - 1 and
+      // K t + kAhead, committed after them, may not.
       hopper::cp_async_wait<3>();
       __syncthreads();
       bool skip = false;
       float s0[2][4];
       if (t < n_tiles) {
-        scores(t % kStages, tile_begin + t, s0);
+        scores(t % Cfg::kStagesK, tile_begin + t, s0);
         __syncthreads();
         const bool vote = update_max(gap);
         if constexpr (kVote) {
@@ -326,11 +340,11 @@ struct DecodeCta {
         } else {
           __syncthreads();  // m_run moved: P V below reads it
         }
-        if (!skip) load_tile(s.v[t % kStages], p.v_pages, tile_begin + t, pg0);
+        if (!skip) load_tile(s.v[t % Cfg::kStagesV], p.v_pages, tile_begin + t, pg[0]);
       }
       hopper::cp_async_commit();
       history = (history << 1) | (skip ? 1u : 0u);
-      if (t >= 2 && !(history & 4u)) accumulate((t - 2) % kStages, s2);
+      if (t >= 2 && !(history & 4u)) accumulate((t - 2) % Cfg::kStagesV, s2);
 #pragma unroll
       for (int nb = 0; nb < 2; ++nb) {
 #pragma unroll
@@ -341,9 +355,9 @@ struct DecodeCta {
       }
 #pragma unroll
       for (int i = 0; i < kPasses; ++i) {
-        pg0[i] = pg1[i];
-        pg1[i] = pg2[i];
-        pg2[i] = pg3[i];
+#pragma unroll
+        for (int j = 0; j < kAhead; ++j) pg[j][i] = pg[j + 1][i];
+        pg[kAhead][i] = pg_next[i];
       }
     }
     return skipped;
