@@ -6,7 +6,7 @@
 // are zero and never vote). Each of the 4 key slices of a tile (16 keys) belongs to one warp (per
 // 128 output columns: head dim 256 runs 8 warps, two column groups), which keeps its scores, its
 // P and its partial O and row sums in registers; the slices are summed once, at the end. Per
-// tile t, with three barriers:
+// tile t, with two barriers:
 //   1. K of tile t + 3 is requested (cp.async, zero-filled past the sequence; its pages were read
 //      from the page table an iteration earlier, and are kept for its V); K of tile t and V of
 //      tile t - 2 are awaited;
@@ -14,7 +14,9 @@
 //      shared memory;
 //   3. the running maximum m_run moves; skip kernel: the vote. Tile t is skipped when every row
 //      r < g has rowmax_t(r) - max(m_run(r), rowmax_t(r)) < ln(lambda) (in raw scores:
-//      log2(lambda) / scale_log2);
+//      log2(lambda) / scale_log2). Every warp reads the four slices' maxima of all 16 rows, keeps
+//      its own copy of m_run in registers: all warps reach the same verdict from the same
+//      numbers, and no barrier is needed to publish m_run or the vote;
 //   4. V of tile t is requested only if the tile is kept: a skipped tile's V is never read;
 //   5. P V of tile t - 2 (its scores kept in registers), whose V has had two tiles to arrive.
 // The running maximum m_run covers every tile of the split visited so far (a skipped tile never
@@ -85,7 +87,7 @@ struct alignas(128) SharedStorage {
   std::uint16_t k[Cfg::kStagesK][kTileK * kHeadDim];
   std::uint16_t v[Cfg::kStagesV][kTileK * kHeadDim];
   float warp_max[kKeySlices][kMaxGroup];
-  float m_run[kMaxGroup];  // running maximum over the split's tiles so far (raw scores)
+  float m_run[kMaxGroup];  // the split's final running maximum (raw scores), for its lse
   float l[kKeySlices][kMaxGroup];  // the key slices' partial row sums
 };
 static_assert(sizeof(float) * kKeySlices * kMaxGroup * 256 <=
@@ -118,6 +120,7 @@ struct DecodeCta {
   int slice, col0;                      // this warp's 16 keys of a tile, its first O column
   std::uint32_t qa[kHeadDim / 16][4];   // Q as A fragments, one group per 16 dims
   float o[Cfg::kCols / 8][4] = {};      // partial O: rows r0, r0 + 8 of this warp's columns
+  float m_run[2] = {kNegInf, kNegInf};  // running maximum over the tiles so far, rows r0, r0 + 8
   float m_ref[2] = {kNegInf, kNegInf};  // the maximum o and l are relative to, rows r0, r0 + 8
   float l[2] = {0.f, 0.f};              // partial row sums over this thread's keys
 
@@ -215,16 +218,22 @@ struct DecodeCta {
     }
   }
 
-  // After scores() and a barrier: the tile's row maxima move m_run; returns whether row `tid`
-  // (for tid < group) votes skip at raw-score gap `gap`.
+  // After scores() and a barrier: the tile's row maxima move m_run of this thread's rows r0 and
+  // r0 + 8; returns the warp's vote at raw-score gap `gap`, every row r < group voting skip. Each
+  // warp covers all 16 rows, so every warp returns the CTA's verdict.
   __device__ bool update_max(float gap) {
-    if (tid >= p.group) return true;
-    float mx = s.warp_max[0][tid];
+    bool vote = true;
 #pragma unroll
-    for (int w = 1; w < kKeySlices; ++w) mx = fmaxf(mx, s.warp_max[w][tid]);
-    const float m_old = s.m_run[tid];
-    s.m_run[tid] = fmaxf(m_old, mx);
-    return mx == kNegInf || mx - fmaxf(m_old, mx) < gap;
+    for (int i = 0; i < 2; ++i) {
+      const int row = lane / 4 + 8 * i;
+      float mx = s.warp_max[0][row];
+#pragma unroll
+      for (int w = 1; w < kKeySlices; ++w) mx = fmaxf(mx, s.warp_max[w][row]);
+      const float m_old = m_run[i];
+      m_run[i] = fmaxf(m_old, mx);
+      vote &= row >= p.group || mx == kNegInf || mx - fmaxf(m_old, mx) < gap;
+    }
+    return __all_sync(0xffffffff, vote);
   }
 
   // O += P V for this warp's keys and columns, with P = exp2((S - m_run) * scale_log2) from the
@@ -237,7 +246,7 @@ struct DecodeCta {
       const int row = r0 + 8 * i;
       float corr = 1.f, sum = 0.f;
       if (row < p.group) {
-        const float m_new = s.m_run[row];
+        const float m_new = m_run[i];
         corr = m_ref[i] == kNegInf ? 0.f : hopper::fast_exp2((m_ref[i] - m_new) * p.scale_log2);
         m_ref[i] = m_new;
         const float ms = m_new * p.scale_log2;
@@ -333,12 +342,11 @@ struct DecodeCta {
       if (t < n_tiles) {
         scores(t % Cfg::kStagesK, tile_begin + t, s0);
         __syncthreads();
+        // warp_max of this tile is overwritten only after the next iteration's first barrier.
         const bool vote = update_max(gap);
         if constexpr (kVote) {
-          skip = __syncthreads_and(vote);
+          skip = vote;
           skipped += skip;
-        } else {
-          __syncthreads();  // m_run moved: P V below reads it
         }
         if (!skip) load_tile(s.v[t % Cfg::kStagesV], p.v_pages, tile_begin + t, pg[0]);
       }
@@ -367,7 +375,11 @@ struct DecodeCta {
   // split) or the split's output and log2-sum-exp.
   __device__ void store(int skipped) {
     hopper::cp_async_wait<0>();
-    __syncthreads();  // every warp is done with the stages
+    if (warp == 0 && lane % 4 == 0) {
+      s.m_run[lane / 4] = m_run[0];
+      s.m_run[lane / 4 + 8] = m_run[1];
+    }
+    __syncthreads();  // every warp is done with the stages; m_run is published
     auto* red = reinterpret_cast<float*>(s.k);  // [kKeySlices][kMaxGroup][kHeadDim]
     const int r0 = lane / 4;
 #pragma unroll
@@ -425,7 +437,6 @@ struct DecodeCta {
     lane = tid % 32;
     slice = warp % kKeySlices;
     col0 = (warp / kKeySlices) * Cfg::kCols;
-    if (tid < kMaxGroup) s.m_run[tid] = kNegInf;
     load_q();
     // The splits cut the tiles from the one holding the window's first key, as reference_decode.
     first_key = p.window > 0 ? max(0, kv_len - p.window) : 0;

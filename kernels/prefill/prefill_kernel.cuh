@@ -297,9 +297,7 @@ struct Consumer {
       const int limit = min(last_key, w.kv_len - 1) - tile * kN;  // last visible column
       // First visible column under a sliding window (causal only).
       const int first = kCausal && p.window > 0 ? last_key - p.window + 1 - tile * kN : 0;
-      // Four independent chains: the maximum sits on the critical path between Q K^T and the
-      // vote or the exponentials, and one chain of kN / 4 dependent maxima would be its length.
-      float part[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
+      float r = kNegInf;
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j) {
 #pragma unroll
@@ -307,10 +305,9 @@ struct Consumer {
           float& x = sc[4 * j + 2 * i + e];
           const int col = 8 * j + 2 * (lane % 4) + e;
           if (masked && (col > limit || col < first)) x = kNegInf;
-          part[2 * (j % 2) + e] = fmaxf(part[2 * (j % 2) + e], x);
+          r = fmaxf(r, x);
         }
       }
-      float r = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
       r = fmaxf(r, __shfl_xor_sync(0xffffffff, r, 1));
       r = fmaxf(r, __shfl_xor_sync(0xffffffff, r, 2));
       mx[i] = r;
