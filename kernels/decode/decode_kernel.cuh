@@ -5,20 +5,23 @@
 // order. The group's g <= 16 query rows are the M = 16 rows of mma.sync.m16n8k16 (rows past g
 // are zero and never vote). Each of the 4 key slices of a tile (16 keys) belongs to one warp (per
 // 128 output columns: head dim 256 runs 8 warps, two column groups), which keeps its scores, its
-// P and its partial O and row sums in registers; the slices are summed once, at the end. Per
-// tile t, with two barriers:
-//   1. K of tile t + 3 is requested (cp.async, zero-filled past the sequence; its pages were read
-//      from the page table an iteration earlier, and are kept for its V); K of tile t and V of
-//      tile t - 2 are awaited;
+// P and its partial O and row sums in registers; the slices are summed once, at the end. Each
+// warp copies (cp.async) the K and V rows of its own slice, so that its copies need no CTA
+// barrier (head dim 256: the two column groups of a slice share its K rows, one barrier). Per
+// tile t, with one CTA barrier:
+//   1. K of tile t + 4 is requested (zero-filled past the sequence; its pages were read from the
+//      page table an iteration earlier, and are kept for its V); K of tile t and V of tile t - 2
+//      are awaited;
 //   2. S_t = Q K_t^T for the warp's 16 keys; scores past the sequence are -inf; row maxima to
-//      shared memory;
+//      shared memory; the barrier;
 //   3. the running maximum m_run moves; skip kernel: the vote. Tile t is skipped when every row
 //      r < g has rowmax_t(r) - max(m_run(r), rowmax_t(r)) < ln(lambda) (in raw scores:
 //      log2(lambda) / scale_log2). Every warp reads the four slices' maxima of all 16 rows, keeps
 //      its own copy of m_run in registers: all warps reach the same verdict from the same
 //      numbers, and no barrier is needed to publish m_run or the vote;
-//   4. V of tile t is requested only if the tile is kept: a skipped tile's V is never read;
-//   5. P V of tile t - 2 (its scores kept in registers), whose V has had two tiles to arrive.
+//   4. P V of tile t - 2 (its scores kept in registers), whose V has had two tiles to arrive;
+//   5. V of tile t is requested only if the tile is kept, into the stage step 4 has just read: a
+//      skipped tile's V is never read.
 // The running maximum m_run covers every tile of the split visited so far (a skipped tile never
 // raises it), and in a skip launch every split but the first starts from the row maxima of tile
 // 0, the attention sink (its K is read once more; it adds nothing to O or l). O and l are kept
@@ -34,6 +37,7 @@
 
 #include "../common/device_threshold.h"
 #include "../hopper/mma_sync.cuh"
+#include "skipsoftmax/paged_kv.h"
 
 namespace skipsoftmax::decode {
 
@@ -56,26 +60,31 @@ struct Params {
   float scale_log2;  // softmax scale * log2(e)
   common::DeviceThreshold threshold;
   // num_splits > 1: each split's output normalized by its own sum, and its log2-sum-exp.
-  float* partial_o;    // [batch, Hq, num_splits, D]
-  float* partial_lse;  // [batch, Hq, num_splits]
+  float* partial_o;           // [batch, Hq, num_splits, D]
+  float* partial_lse;         // [batch, Hq, num_splits]
   unsigned long long* stats;  // [batch][2] tiles visited, skipped; null: none
 };
 
 template <int kHeadDim>
 struct Config {
-  static constexpr int kChunks = kHeadDim / 8;                     // 16-byte chunks per key row
-  static constexpr int kColGroups = kHeadDim > 128 ? 2 : 1;        // O column groups
-  static constexpr int kCols = kHeadDim / kColGroups;              // O columns of one warp
+  static constexpr int kChunks = kHeadDim / 8;               // 16-byte chunks per key row
+  static constexpr int kColGroups = kHeadDim > 128 ? 2 : 1;  // O column groups
+  static constexpr int kCols = kHeadDim / kColGroups;        // O columns of one warp
   static constexpr int kWarps = kKeySlices * kColGroups;
   static constexpr int kThreads = 32 * kWarps;
-  // K runs three tiles ahead of the vote and P V two tiles behind it. A skip launch reads little
-  // V, so the K requests alone must keep enough bytes in flight to cover the memory latency:
-  // with two tiles ahead they held half of what a dense launch holds, and a skipped tile took
-  // almost as long as a kept one. 4 + 3 stages of 16 KB (head dim 128) leave room for two CTAs
-  // per multiprocessor.
-  static constexpr int kAheadK = 3;
+  // Each warp copies the K and V rows of its key slice, the chunks of its column group: what it
+  // reads itself. Head dim <= 128: the copies are warp-private and need no CTA barrier; head dim
+  // 256: the two column groups of a slice share its K rows (one barrier).
+  static constexpr int kWarpChunks = kCols / 8;  // 16-byte chunks of a row that one warp copies
+  static constexpr bool kSharedK = kColGroups > 1;
+  // K runs four tiles ahead of the vote: a skip launch reads little V, so its K requests alone
+  // must keep enough bytes in flight to cover the memory latency. V of tile t is requested after
+  // P V of tile t - 2 has read the stage it reuses, and read two tiles later: two V stages.
+  // 5 + 2 stages of 16 KB (head dim 128) leave room for two CTAs per multiprocessor; 32 KB at
+  // head dim 256, one CTA.
+  static constexpr int kAheadK = 4;
   static constexpr int kStagesK = kAheadK + 1;
-  static constexpr int kStagesV = 3;
+  static constexpr int kStagesV = 2;
 };
 
 template <int kHeadDim>
@@ -86,12 +95,11 @@ struct alignas(128) SharedStorage {
   // the key slices' partial outputs, [kKeySlices][kMaxGroup][kHeadDim] floats.
   std::uint16_t k[Cfg::kStagesK][kTileK * kHeadDim];
   std::uint16_t v[Cfg::kStagesV][kTileK * kHeadDim];
-  float warp_max[kKeySlices][kMaxGroup];
-  float m_run[kMaxGroup];  // the split's final running maximum (raw scores), for its lse
+  float warp_max[2][kKeySlices][kMaxGroup];  // double-buffered by tile parity
+  float m_run[kMaxGroup];          // the split's final running maximum (raw scores), for its lse
   float l[kKeySlices][kMaxGroup];  // the key slices' partial row sums
 };
-static_assert(sizeof(float) * kKeySlices * kMaxGroup * 256 <=
-                  sizeof(SharedStorage<256>::k),
+static_assert(sizeof(float) * kKeySlices * kMaxGroup * 256 <= sizeof(SharedStorage<256>::k),
               "the partial outputs fit the K stages");
 static_assert(2 * (sizeof(SharedStorage<128>) + 1024) <= 228 * 1024,
               "two CTAs of head dim 128 per multiprocessor");
@@ -124,40 +132,45 @@ struct DecodeCta {
   float m_ref[2] = {kNegInf, kNegInf};  // the maximum o and l are relative to, rows r0, r0 + 8
   float l[2] = {0.f, 0.f};              // partial row sums over this thread's keys
 
-  // This thread's rows of a tile and their chunk: rows row0 + i * kRowsPerPass, i < kPasses.
-  static constexpr int kRowsPerPass = kThreads / Cfg::kChunks;
-  static constexpr int kPasses = kTileK / kRowsPerPass;
-
-  // The page of each of this thread's rows of tile `tile` (-1 past the sequence). Looked up an
-  // iteration before the copies that need them and kept for the tile's V: a page-table read is an
-  // L2 round trip, which in the copy's address would stall the whole iteration behind it.
-  __device__ void lookup_pages(int tile, int (&pages)[kPasses]) const {
-    const int row0 = tid / Cfg::kChunks;
-    const int* table = p.page_table + seq * p.max_pages_per_seq;
-#pragma unroll
-    for (int i = 0; i < kPasses; ++i) {
-      const int token = tile * kTileK + row0 + i * kRowsPerPass;
-      pages[i] = token < kv_len ? __ldg(table + (token >> p.page_shift)) : -1;
-    }
+  // The rows of a tile this thread copies: 16 slice + lane / kWarpChunks + i kLaneRows, i <
+  // kPasses, each at chunk col0 / 8 + lane % kWarpChunks.
+  static constexpr int kLaneRows = 32 / Cfg::kWarpChunks;
+  static constexpr int kPasses = 16 / kLaneRows;
+  __device__ int copy_row(int i) const {
+    return 16 * slice + lane / Cfg::kWarpChunks + i * kLaneRows;
   }
 
-  // Requests tile `tile` of K or V into `dst` from the pages lookup_pages found; rows past the
-  // sequence are zero-filled.
-  __device__ void load_tile(std::uint16_t* dst, const void* kv, int tile,
-                            const int (&pages)[kPasses]) const {
-    const int chunk = tid % Cfg::kChunks, row0 = tid / Cfg::kChunks;
+  // The page that holds this warp's 16 keys of tile `tile` (-1 past the sequence): pages hold
+  // at least 16 tokens and start at multiples of their size, so one page per slice. Looked up an
+  // iteration before the copies that need it and kept for the tile's V: a page-table read is an
+  // L2 round trip, which in the copy's address would stall the whole iteration behind it.
+  __device__ int lookup_page(int tile) const {
+    static_assert(kMinPageSize >= 16, "a key slice lies in one page");
+    const int token = tile * kTileK + 16 * slice;
+    return token < kv_len
+               ? __ldg(p.page_table + seq * p.max_pages_per_seq + (token >> p.page_shift))
+               : -1;
+  }
+
+  // Requests this warp's rows of tile `tile` of K or V into `dst` from the page of its slice;
+  // rows past the sequence are zero-filled.
+  __device__ void load_tile(std::uint16_t* dst, const void* kv, int tile, int page) const {
+    const int chunk = col0 / 8 + lane % Cfg::kWarpChunks;
     const int in_page = (1 << p.page_shift) - 1;
+    const std::uint16_t* base =
+        static_cast<const std::uint16_t*>(kv) + kv_head * kHeadDim + chunk * 8;
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
-      const int row = row0 + i * kRowsPerPass;
+      const int row = copy_row(i);
       const int token = tile * kTileK + row;
-      const std::uint16_t* src = static_cast<const std::uint16_t*>(kv);
-      if (pages[i] >= 0) {
+      const bool valid = page >= 0 && token < kv_len;
+      const std::uint16_t* src = base;
+      if (valid) {
         const std::int64_t slot =
-            (static_cast<std::int64_t>(pages[i]) << p.page_shift) + (token & in_page);
-        src += (slot * p.num_heads_kv + kv_head) * kHeadDim + chunk * 8;
+            (static_cast<std::int64_t>(page) << p.page_shift) + (token & in_page);
+        src += slot * p.num_heads_kv * kHeadDim;
       }
-      hopper::cp_async_16(dst + row * kHeadDim + swizzle(row, chunk) * 8, src, pages[i] >= 0);
+      hopper::cp_async_16(dst + row * kHeadDim + swizzle(row, chunk) * 8, src, valid);
     }
   }
 
@@ -170,17 +183,17 @@ struct DecodeCta {
       for (int i = 0; i < 4; ++i) {
         const int row = r0 + 8 * (i % 2), col = 16 * kk + c0 + 8 * (i / 2);
         const int head = kv_head * p.group + row;
-        qa[kk][i] = row < p.group
-                        ? q[((static_cast<std::int64_t>(seq) * p.num_heads_q + head) * kHeadDim +
-                             col) / 2]
-                        : 0u;
+        qa[kk][i] =
+            row < p.group
+                ? q[((static_cast<std::int64_t>(seq) * p.num_heads_q + head) * kHeadDim + col) / 2]
+                : 0u;
       }
     }
   }
 
   // S of this warp's 16 keys of one tile, masked (C fragments of two n8 blocks); the first column
   // group publishes the row maxima.
-  __device__ void scores(int stage, int tile, float (&acc)[2][4]) {
+  __device__ void scores(int stage, int tile, int buf, float (&acc)[2][4]) {
 #pragma unroll
     for (int nb = 0; nb < 2; ++nb) {
 #pragma unroll
@@ -214,21 +227,21 @@ struct DecodeCta {
     for (int i = 0; i < 2; ++i) {
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 1));
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffff, mx[i], 2));
-      if (col0 == 0 && lane % 4 == 0) s.warp_max[slice][r0 + 8 * i] = mx[i];
+      if (col0 == 0 && lane % 4 == 0) s.warp_max[buf][slice][r0 + 8 * i] = mx[i];
     }
   }
 
   // After scores() and a barrier: the tile's row maxima move m_run of this thread's rows r0 and
   // r0 + 8; returns the warp's vote at raw-score gap `gap`, every row r < group voting skip. Each
   // warp covers all 16 rows, so every warp returns the CTA's verdict.
-  __device__ bool update_max(float gap) {
+  __device__ bool update_max(float gap, int buf) {
     bool vote = true;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int row = lane / 4 + 8 * i;
-      float mx = s.warp_max[0][row];
+      float mx = s.warp_max[buf][0][row];
 #pragma unroll
-      for (int w = 1; w < kKeySlices; ++w) mx = fmaxf(mx, s.warp_max[w][row]);
+      for (int w = 1; w < kKeySlices; ++w) mx = fmaxf(mx, s.warp_max[buf][w][row]);
       const float m_old = m_run[i];
       m_run[i] = fmaxf(m_old, mx);
       vote &= row >= p.group || mx == kNegInf || mx - fmaxf(m_old, mx) < gap;
@@ -287,6 +300,16 @@ struct DecodeCta {
     }
   }
 
+  // After this thread's cp.async wait: the K rows this warp reads, copied by its lanes (and by the
+  // other column group's warp of its slice at head dim 256), are visible.
+  __device__ void k_landed() const {
+    if constexpr (Cfg::kSharedK) {
+      __syncthreads();
+    } else {
+      __syncwarp();
+    }
+  }
+
   // The split's tiles in order. kVote: take the skip vote. Returns the number of tiles skipped.
   // Every iteration commits two cp.async groups (K kAheadK tiles ahead, then this tile's V; either
   // may be empty), so the waits count the same on every path.
@@ -297,16 +320,13 @@ struct DecodeCta {
     // l or the tile counts), so that a split's far-field tiles meet the maximum they would meet
     // in one long pass. Its K goes to the stage the loop fills first, K of tile kAhead's.
     const bool seed = kVote && tile_begin > 0 && n_tiles > 0;
-    // pg[j]: the pages of tile t + j, for this iteration's V (j = 0) and K (j = kAhead).
-    int pg[kAhead + 1][kPasses];
-    if (seed) {
-      lookup_pages(0, pg[0]);
-      load_tile(s.k[kAhead], p.k_pages, 0, pg[0]);
-    }
+    // pg[j]: the page of tile t + j, for this iteration's V (j = 0) and K (j = kAhead).
+    int pg[kAhead + 1];
+    if (seed) load_tile(s.k[kAhead], p.k_pages, 0, lookup_page(0));
     hopper::cp_async_commit();
 #pragma unroll
-    for (int j = 0; j <= kAhead; ++j) lookup_pages(tile_begin + j, pg[j]);
-    // The groups the iterations before the first would have committed: K of tile j, no V.
+    for (int j = 0; j <= kAhead; ++j) pg[j] = lookup_page(tile_begin + j);
+      // The groups the iterations before the first would have committed: K of tile j, no V.
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
       if (j < n_tiles) load_tile(s.k[j], p.k_pages, tile_begin + j, pg[j]);
@@ -316,18 +336,17 @@ struct DecodeCta {
     if (seed) {
       float sink[2][4];
       hopper::cp_async_wait<2 * kAhead>();
+      k_landed();
+      scores(kAhead, 0, 1, sink);
       __syncthreads();
-      scores(kAhead, 0, sink);
-      __syncthreads();
-      update_max(gap);
+      update_max(gap, 1);
     }
     int skipped = 0;
-    unsigned history = 0;  // bit i: the tile visited i iterations ago was skipped
+    unsigned history = 0;      // bit i: the tile visited i iterations ago was skipped
     float s1[2][4], s2[2][4];  // scores of the tiles visited one and two iterations ago
     for (int t = 0; t < n_tiles + 2; ++t) {
-      // Issued first, used next iteration: the pages of tile t + kAhead + 1.
-      int pg_next[kPasses];
-      lookup_pages(tile_begin + t + kAhead + 1, pg_next);
+      // Issued first, used next iteration: the page of tile t + kAhead + 1.
+      const int pg_next = lookup_page(tile_begin + t + kAhead + 1);
       if (t + kAhead < n_tiles) {
         load_tile(s.k[(t + kAhead) % Cfg::kStagesK], p.k_pages, tile_begin + t + kAhead,
                   pg[kAhead]);
@@ -336,23 +355,28 @@ struct DecodeCta {
       // K of tile t and V of tile t - 2 have landed: only K t + kAhead - 1, V t - 1 and
       // K t + kAhead, committed after them, may not.
       hopper::cp_async_wait<3>();
-      __syncthreads();
+      k_landed();
       bool skip = false;
       float s0[2][4];
       if (t < n_tiles) {
-        scores(t % Cfg::kStagesK, tile_begin + t, s0);
+        // The one CTA barrier of a tile: every slice's row maxima are published. A warp writes
+        // the other buffer of warp_max next tile, and this one only after the next barrier.
+        scores(t % Cfg::kStagesK, tile_begin + t, t & 1, s0);
         __syncthreads();
-        // warp_max of this tile is overwritten only after the next iteration's first barrier.
-        const bool vote = update_max(gap);
+        const bool vote = update_max(gap, t & 1);
         if constexpr (kVote) {
           skip = vote;
           skipped += skip;
         }
-        if (!skip) load_tile(s.v[t % Cfg::kStagesV], p.v_pages, tile_begin + t, pg[0]);
+      }
+      history = (history << 1) | (skip ? 1u : 0u);
+      if (t >= 2 && !(history & 4u)) accumulate(t % Cfg::kStagesV, s2);
+      // This warp's reads of the V stage (tile t - 2's) precede its copies into it.
+      __syncwarp();
+      if (t < n_tiles && !skip) {
+        load_tile(s.v[t % Cfg::kStagesV], p.v_pages, tile_begin + t, pg[0]);
       }
       hopper::cp_async_commit();
-      history = (history << 1) | (skip ? 1u : 0u);
-      if (t >= 2 && !(history & 4u)) accumulate((t - 2) % Cfg::kStagesV, s2);
 #pragma unroll
       for (int nb = 0; nb < 2; ++nb) {
 #pragma unroll
@@ -362,11 +386,8 @@ struct DecodeCta {
         }
       }
 #pragma unroll
-      for (int i = 0; i < kPasses; ++i) {
-#pragma unroll
-        for (int j = 0; j < kAhead; ++j) pg[j][i] = pg[j + 1][i];
-        pg[kAhead][i] = pg_next[i];
-      }
+      for (int j = 0; j < kAhead; ++j) pg[j] = pg[j + 1];
+      pg[kAhead] = pg_next;
     }
     return skipped;
   }
