@@ -10,7 +10,7 @@
 // barrier (head dim 256: the two column groups of a slice share its K rows, one barrier). Per
 // tile t, with one CTA barrier:
 //   1. K of tile t + 4 is requested (zero-filled past the sequence; its pages were read from the
-//      page table an iteration earlier, and are kept for its V); K of tile t and V of tile t - 2
+//      page table an iteration earlier, and are kept for its V); K of tile t and V of tile t - 3
 //      are awaited;
 //   2. S_t = Q K_t^T for the warp's 16 keys; scores past the sequence are -inf; row maxima to
 //      shared memory; the barrier;
@@ -19,7 +19,7 @@
 //      log2(lambda) / scale_log2). Every warp reads the four slices' maxima of all 16 rows, keeps
 //      its own copy of m_run in registers: all warps reach the same verdict from the same
 //      numbers, and no barrier is needed to publish m_run or the vote;
-//   4. P V of tile t - 2 (its scores kept in registers), whose V has had two tiles to arrive;
+//   4. P V of tile t - 3 (its scores kept in registers), whose V has had three tiles to arrive;
 //   5. V of tile t is requested only if the tile is kept, into the stage step 4 has just read: a
 //      skipped tile's V is never read.
 // The running maximum m_run covers every tile of the split visited so far (a skipped tile never
@@ -77,14 +77,22 @@ struct Config {
   // 256: the two column groups of a slice share its K rows (one barrier).
   static constexpr int kWarpChunks = kCols / 8;  // 16-byte chunks of a row that one warp copies
   static constexpr bool kSharedK = kColGroups > 1;
-  // K runs four tiles ahead of the vote: a skip launch reads little V, so its K requests alone
-  // must keep enough bytes in flight to cover the memory latency. V of tile t is requested after
-  // P V of tile t - 2 has read the stage it reuses, and read two tiles later: two V stages.
-  // 5 + 2 stages of 16 KB (head dim 128) leave room for two CTAs per multiprocessor; 32 KB at
-  // head dim 256, one CTA.
-  static constexpr int kAheadK = 4;
+  // K runs three tiles ahead of the vote, P V three tiles behind it. V of tile t is requested
+  // after the vote, into the stage P V of tile t - 3 has just read, and read three tiles later: a
+  // run of skipped tiles goes fast, and the V of a kept tile among them needs that long to arrive
+  // (two tiles behind: 1.44x at 75% of the tiles skipped, 64 x 32k). 4 + 3 stages of 16 KB (head
+  // dim 128) leave room for two CTAs per multiprocessor; 32 KB at head dim 256, one CTA.
+#ifndef SKIPSOFTMAX_DECODE_K_AHEAD
+#define SKIPSOFTMAX_DECODE_K_AHEAD 3
+#endif
+#ifndef SKIPSOFTMAX_DECODE_PV_BEHIND
+#define SKIPSOFTMAX_DECODE_PV_BEHIND 3
+#endif
+  static constexpr int kAheadK = SKIPSOFTMAX_DECODE_K_AHEAD;
+  static constexpr int kBehindPV = SKIPSOFTMAX_DECODE_PV_BEHIND;
   static constexpr int kStagesK = kAheadK + 1;
-  static constexpr int kStagesV = 2;
+  static constexpr int kStagesV = kBehindPV;
+  static_assert(kAheadK >= kBehindPV, "K of tile t is committed before V of tile t - kBehindPV");
 };
 
 template <int kHeadDim>
@@ -342,9 +350,10 @@ struct DecodeCta {
       update_max(gap, 1);
     }
     int skipped = 0;
-    unsigned history = 0;      // bit i: the tile visited i iterations ago was skipped
-    float s1[2][4], s2[2][4];  // scores of the tiles visited one and two iterations ago
-    for (int t = 0; t < n_tiles + 2; ++t) {
+    constexpr int kBehind = Cfg::kBehindPV;
+    unsigned history = 0;       // bit i: the tile visited i iterations ago was skipped
+    float held[kBehind][2][4];  // scores of the tiles visited 1 .. kBehind iterations ago
+    for (int t = 0; t < n_tiles + kBehind; ++t) {
       // Issued first, used next iteration: the page of tile t + kAhead + 1.
       const int pg_next = lookup_page(tile_begin + t + kAhead + 1);
       if (t + kAhead < n_tiles) {
@@ -352,9 +361,9 @@ struct DecodeCta {
                   pg[kAhead]);
       }
       hopper::cp_async_commit();
-      // K of tile t and V of tile t - 2 have landed: only K t + kAhead - 1, V t - 1 and
-      // K t + kAhead, committed after them, may not.
-      hopper::cp_async_wait<3>();
+      // K of tile t and V of tile t - kBehind have landed: only the groups of the kBehind - 1
+      // iterations since and this iteration's K, committed after them, may not.
+      hopper::cp_async_wait<2 * kBehind - 1>();
       k_landed();
       bool skip = false;
       float s0[2][4];
@@ -370,20 +379,27 @@ struct DecodeCta {
         }
       }
       history = (history << 1) | (skip ? 1u : 0u);
-      if (t >= 2 && !(history & 4u)) accumulate(t % Cfg::kStagesV, s2);
-      // This warp's reads of the V stage (tile t - 2's) precede its copies into it.
+      if (t >= kBehind && !(history & (1u << kBehind))) {
+        accumulate(t % Cfg::kStagesV, held[kBehind - 1]);
+      }
+      // This warp's reads of the V stage (tile t - kBehind's) precede its copies into it.
       __syncwarp();
       if (t < n_tiles && !skip) {
         load_tile(s.v[t % Cfg::kStagesV], p.v_pages, tile_begin + t, pg[0]);
       }
       hopper::cp_async_commit();
 #pragma unroll
+      for (int j = kBehind - 1; j > 0; --j) {
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) held[j][nb][e] = held[j - 1][nb][e];
+        }
+      }
+#pragma unroll
       for (int nb = 0; nb < 2; ++nb) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s2[nb][e] = s1[nb][e];
-          s1[nb][e] = s0[nb][e];
-        }
+        for (int e = 0; e < 4; ++e) held[0][nb][e] = s0[nb][e];
       }
 #pragma unroll
       for (int j = 0; j < kAhead; ++j) pg[j] = pg[j + 1];
