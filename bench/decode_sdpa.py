@@ -69,8 +69,9 @@ class Ours:
         self.lib.skipsoftmax_decode_workspace_size.restype = ctypes.c_int64
         self.err = ctypes.create_string_buffer(1024)
 
-    def args(self, q, out, kp, vp, table, lens, L, hkv, lam, force, stats=None):
+    def args(self, q, out, kp, vp, table, lens, L, hkv, lam, force, stats=None, splits=0):
         a = DecodeArgs()
+        a.num_splits = splits
         a.dtype = 1 if q.dtype == torch.bfloat16 else 0
         a.head_dim = q.shape[2]
         a.q, a.out = q.data_ptr(), out.data_ptr()
@@ -117,6 +118,9 @@ def main():
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--git-revision", default="unknown")
+    p.add_argument("--splits", type=int, nargs="*", default=[],
+                   help="also time dense and skip arms with these split counts (default: the "
+                        "library's automatic choice only)")
     p.add_argument("--json")
     args = p.parse_args()
 
@@ -130,7 +134,7 @@ def main():
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
           f"{torch.backends.cudnn.version()}; device-to-device copy {copy_bps / 1e12:.2f} TB/s "
           f"(read + write); {args.dtype}, Hq={hq} Hkv={hkv} D={d}, pages of {ps}")
-    print(f"{'batch':>5} {'length':>7} {'arm':<24} {'us':>9} {'TB/s':>6} {'of copy':>8} "
+    print(f"{'batch':>5} {'length':>7} {'arm':<36} {'us':>9} {'TB/s':>6} {'of copy':>8} "
           f"{'sparsity':>9} {'vs cuDNN':>9} {'vs dense':>9} {'err':>9}")
     rows = []
     for cfg in args.configs:
@@ -167,7 +171,7 @@ def main():
             try:
                 res = fn()
             except RuntimeError as e:
-                print(f"{B:>5} {L:>7} {name:<24} unavailable: {str(e).splitlines()[0][:60]}")
+                print(f"{B:>5} {L:>7} {name:<36} unavailable: {str(e).splitlines()[0][:60]}")
                 continue
             if ref is None:
                 ref = res.reshape(B, hq, d)
@@ -175,9 +179,9 @@ def main():
 
         keep = []  # workspaces alive while their arms run
 
-        def ours_arm(lam, force, with_stats=False):
+        def ours_arm(lam, force, with_stats=False, n_splits=0):
             a = ours.args(q, out, kp, vp, table, lens, L, hkv, lam, force,
-                          stats if with_stats else None)
+                          stats if with_stats else None, n_splits)
             ws, splits = ours.prepare(a)
             keep.append(ws)
             return (lambda: ours.run(a)), splits
@@ -187,13 +191,19 @@ def main():
         arms.append((f"ours dense ({splits} splits)", dense, 0.0,
                      rel_l2(out, ref) if ref is not None else None))
         arms.append(("ours skip lambda=0", ours_arm(0.0, 1)[0], 0.0, None))
-        for lam in args.lambdas:
-            stats.zero_()
-            ours_arm(lam, 1, True)[0]()
-            s = stats.sum(0).tolist()
-            sparsity = s[1] / s[0] if s[0] else 0.0
-            err = rel_l2(out, ref) if ref is not None else None
-            arms.append((f"ours skip lambda={lam:g}", ours_arm(lam, 1)[0], sparsity, err))
+        for n_splits in [0] + args.splits:
+            tag = f" ({n_splits} splits)" if n_splits else ""
+            if n_splits:
+                arms.append((f"ours dense{tag}", ours_arm(0.0, 0, n_splits=n_splits)[0], 0.0,
+                             None))
+            for lam in args.lambdas:
+                stats.zero_()
+                ours_arm(lam, 1, True, n_splits)[0]()
+                s = stats.sum(0).tolist()
+                sparsity = s[1] / s[0] if s[0] else 0.0
+                err = rel_l2(out, ref) if ref is not None else None
+                arms.append((f"ours skip lambda={lam:g}{tag}", ours_arm(lam, 1, False, n_splits)[0],
+                             sparsity, err))
         times = interleaved_median_ms([a[1] for a in arms], args.warmup, args.iters, args.rounds,
                                       flush)
         cudnn_ms = next((ms for a, ms in zip(arms, times) if a[0].startswith("cuDNN")), None)
@@ -202,7 +212,7 @@ def main():
             bps = kv_bytes / (ms * 1e-3)
             ratio = cudnn_ms / ms if cudnn_ms else float("nan")
             err_s = f"{err:.2e}" if err is not None else "-"
-            print(f"{B:>5} {L:>7} {name:<24} {ms * 1e3:>9.1f} {bps / 1e12:>6.2f} "
+            print(f"{B:>5} {L:>7} {name:<36} {ms * 1e3:>9.1f} {bps / 1e12:>6.2f} "
                   f"{bps / copy_bps:>7.1%} {100 * sparsity:>8.1f}% {ratio:>8.3f}x "
                   f"{dense_ms / ms:>8.3f}x {err_s:>9}")
             rows.append({"batch": B, "length": L, "arm": name, "ms": ms,

@@ -269,6 +269,45 @@ TEST(GpuDecode, AutomaticSplitsOnALongContext) {
   expect_stats_agree(r, st, "auto splits");
 }
 
+// Pure host logic: runs without a GPU too, where decode_num_splits assumes an H100/H200's 132
+// multiprocessors. A skip launch splits finer than a dense one, so that CTAs of different
+// sparsity even out across the multiprocessors, but keeps 64 tiles a split.
+TEST(GpuDecode, SkipLaunchesSplitFinerThanDenseOnes) {
+  int device = 0, sms = 132;
+  if (cudaGetDevice(&device) == cudaSuccess) {
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  }
+  cudaGetLastError();
+  if (sms != 132) GTEST_SKIP() << "the expected counts are for 132 multiprocessors";
+  const auto splits = [](int batch, int len, const Threshold& th) {
+    DecodeArguments a;
+    a.head_dim = 128;
+    a.num_heads_q = 32;
+    a.num_heads_kv = 8;
+    a.batch = batch;
+    a.max_seq_len = len;
+    a.threshold = th;
+    return decode_num_splits(a);
+  };
+  const Threshold dense = Threshold::dense(), skip = Threshold::flat(1e-3);
+  EXPECT_EQ(splits(64, 32768, dense), 1);
+  EXPECT_EQ(splits(64, 32768, skip), 2);  // 4 waves of 264 CTAs
+  EXPECT_EQ(splits(8, 32768, dense), 4);
+  EXPECT_EQ(splits(8, 32768, skip), 8);  // 64 tiles a split
+  EXPECT_EQ(splits(1, 32768, dense), 33);
+  EXPECT_EQ(splits(1, 32768, skip), 33);  // never fewer than dense
+  EXPECT_EQ(splits(64, 4096, skip), 1);
+  DecodeArguments forced;
+  forced.batch = 64;
+  forced.max_seq_len = 32768;
+  forced.num_heads_q = 32;
+  forced.num_heads_kv = 8;
+  forced.force_kernel = KernelChoice::kSkip;  // the guard runs the skip kernel too
+  EXPECT_EQ(decode_num_splits(forced), 2);
+  forced.num_splits = 3;
+  EXPECT_EQ(decode_num_splits(forced), 3);
+}
+
 TEST(GpuDecode, SlidingWindowMatchesReference) {
   REQUIRE_HOPPER();
   for (DType t : {DType::kBF16, DType::kF16}) {
