@@ -51,7 +51,7 @@ void launch(const decode::Params& params, const DecodeArguments& a, cudaStream_t
 // Skip launches: a CTA's time follows its sparsity, which differs between sequences and heads,
 // so the block scheduler needs more, shorter CTAs to even out the multiprocessors' loads: at
 // least the dense count, and up to 4 waves where each split keeps 64 tiles (its own sink seed
-// and pipeline fill stay small). Measured at 75% of the tiles skipped (H200, run 24): 64 x 32k
+// and pipeline fill stay small). Measured at 75% of the tiles skipped (H200, run 27): 64 x 32k
 // went from 1.45x (1 split) to 1.52x (2 splits), 8 x 32k from 1.39x (4) to 1.43x (8).
 int decode_num_splits(const DecodeArguments& a) {
   if (a.num_splits > 0) return a.num_splits;
