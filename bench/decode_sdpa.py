@@ -39,6 +39,7 @@ class DecodeArgs(ctypes.Structure):
         ("table_scales", ctypes.c_void_p), ("flat_lambda", ctypes.c_double),
         ("num_splits", ctypes.c_int), ("workspace", ctypes.c_void_p),
         ("stats", ctypes.c_void_p), ("force_kernel", ctypes.c_int), ("window", ctypes.c_int),
+        ("q_len", ctypes.c_int),
     ]
 
 

@@ -255,6 +255,7 @@ void validate(const DecodeProblem& p) {
   validate_heads(p.num_heads_q, p.num_heads_kv, p.head_dim);
   const PagedKvCache& kv = p.kv;
   check(p.q && kv.k_pages && kv.v_pages, "q, k_pages and v_pages must be given");
+  check(p.q_len >= 1, "q_len must be >= 1, got " + std::to_string(p.q_len));
   check(kv.page_size > 0, "page_size must be positive");
   check(kv.max_pages_per_seq > 0, "max_pages_per_seq must be positive");
   const std::size_t batch = kv.seq_lens.size();
@@ -266,7 +267,8 @@ void validate(const DecodeProblem& p) {
     const std::int64_t len = kv.seq_lens[b];
     const std::string seq =
         "sequence " + std::to_string(b) + " (seq_len " + std::to_string(len) + ")";
-    check(len > 0, seq + ": decode needs at least one cached token");
+    check(len >= p.q_len,
+          seq + ": decode needs its " + std::to_string(p.q_len) + " new token(s) in the cache");
     const std::int64_t pages = (len + kv.page_size - 1) / kv.page_size;
     check(pages <= kv.max_pages_per_seq, seq + ": needs " + std::to_string(pages) +
                                              " pages, the page table row holds " +
@@ -386,13 +388,14 @@ template <bool kSkip>
 AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, double* out) {
   const int hq = p.num_heads_q, hkv = p.num_heads_kv, dim = p.head_dim;
   const int group = hq / hkv, tk = opt.tiles.tile_k, splits = opt.num_splits;
+  const int lq = p.q_len, rows = lq * group;  // row r: token r / group, head r % group
   const PagedKvCache& kv = p.kv;
   const double scale = softmax_scale_or_default(p.softmax_scale, dim);
   const std::int64_t batch = static_cast<std::int64_t>(kv.seq_lens.size());
 
   std::vector<SequenceStats> seqs(batch);
   for (std::int64_t b = 0; b < batch; ++b) {
-    seqs[b].q_len = 1;
+    seqs[b].q_len = lq;
     seqs[b].kv_len = kv.seq_lens[b];
     seqs[b].lambda = opt.threshold.lambda_for(kv.seq_lens[b]);
   }
@@ -400,7 +403,7 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
   std::vector<ItemStats> item_stats(n_items);
   std::vector<std::int64_t> item_seq(n_items);
   const int threads = thread_count(opt);
-  std::vector<Scratch> scratch(threads, Scratch(group, tk, dim));
+  std::vector<Scratch> scratch(threads, Scratch(rows, tk, dim));
 
   parallel_for(n_items, threads, [&](std::int64_t i, int tid) {
     const std::int64_t b = i / hkv;
@@ -410,17 +413,28 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
     const std::int64_t len = kv.seq_lens[b];
     const std::int32_t* pages = kv.page_table.data() + b * kv.max_pages_per_seq;
 
-    const std::vector<double> qrows =
-        gather_rows(p.q + (b * hq + kvh * group) * dim, dim, group, dim);
+    std::vector<double> qrows;
+    for (int i = 0; i < lq; ++i) {
+      const std::vector<double> token =
+          gather_rows(p.q + ((b * lq + i) * hq + kvh * group) * dim, dim, group, dim);
+      qrows.insert(qrows.end(), token.begin(), token.end());
+    }
     const auto qrow = [&](int r) { return qrows.data() + static_cast<std::ptrdiff_t>(r) * dim; };
     const auto load = [&](std::int64_t t, Scratch& s) {
       return load_paged_tile(kv.k_pages, kv.v_pages, pages, kv.page_size, hkv, kvh, dim, tk, t, len,
                              s.kt.data(), s.vt.data());
     };
-    // With a window only keys [len - window, len) are seen, and the splits cut the tiles from the
-    // one holding key len - window.
-    const std::int64_t first_key = p.window > 0 ? std::max<std::int64_t>(0, len - p.window) : 0;
-    const auto visible = [&](int, std::int64_t t, int j) { return t * tk + j >= first_key; };
+    // Row r's token sits at len - lq + r / group and sees the keys up to it, after the window's
+    // left edge; the splits cut the tiles from the one holding the first token's first key.
+    const auto last_key = [&](int r) { return len - lq + r / group; };
+    const auto first_key_of = [&](int r) {
+      return p.window > 0 ? std::max<std::int64_t>(0, last_key(r) - p.window + 1) : 0;
+    };
+    const std::int64_t first_key = first_key_of(0);
+    const auto visible = [&](int r, std::int64_t t, int j) {
+      const std::int64_t key = t * tk + j;
+      return key <= last_key(r) && key >= first_key_of(r);
+    };
 
     const std::int64_t first_tile = first_key / tk;
     const std::int64_t n_tiles = (len + tk - 1) / tk - first_tile;
@@ -431,24 +445,24 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
       TileRange range = split_tile_range(n_tiles, splits, s);
       range.begin += first_tile;
       range.end += first_tile;
-      parts[s].st.assign(group, RowState{});
-      parts[s].o.assign(static_cast<std::size_t>(group) * dim, 0.0);
+      parts[s].st.assign(rows, RowState{});
+      parts[s].o.assign(static_cast<std::size_t>(rows) * dim, 0.0);
       // A voting split after the first starts from the sink: tile 0's row maxima seed its
       // running maximum (as the decode kernel does; tile 0 adds nothing to this split's sums).
       if (kSkip && range.begin > 0 && range.end > range.begin && log_lambda > kNegInf) {
         const int cols = load(0, sc);
-        score_tile(group, cols, dim, tk, scale, 0, qrow, sc.kt.data(), visible, sc.s.data(),
+        score_tile(rows, cols, dim, tk, scale, 0, qrow, sc.kt.data(), visible, sc.s.data(),
                    sc.rowmax.data());
-        for (int r = 0; r < group; ++r) parts[s].st[r].m = sc.rowmax[r];
+        for (int r = 0; r < rows; ++r) parts[s].st[r].m = sc.rowmax[r];
       }
       const TileRecord record{b, kvh, s, 0, 0, false};
-      run_tiles<kSkip>(group, dim, tk, scale, log_lambda, opt.collect_mass, range.begin,
+      run_tiles<kSkip>(rows, dim, tk, scale, log_lambda, opt.collect_mass, range.begin,
                        range.end - range.begin, opt.tiles.order, qrow, load, visible, sc,
                        parts[s].st, parts[s].o.data(), stats, opt.trace ? &record : nullptr);
     }
 
     // Combine the splits by their log-sum-exp, as the GPU's combine kernel does.
-    for (int r = 0; r < group; ++r) {
+    for (int r = 0; r < rows; ++r) {
       double m = kNegInf;
       for (const SplitResult& part : parts) m = nan_max(m, part.st[r].m);
       RowState total;
@@ -468,7 +482,7 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
           total.skip_m = m_new;
         }
       }
-      double* dst = out + (b * hq + kvh * group + r) * dim;
+      double* dst = out + ((b * lq + r / group) * hq + kvh * group + r % group) * dim;
       for (int d = 0; d < dim; ++d) dst[d] = acc[d] / total.l;
       add_row_mass(total, dst, dim, stats);
     }

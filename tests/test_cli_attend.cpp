@@ -448,9 +448,10 @@ class CliDecodeTest : public CliAttendTest {
  protected:
   static constexpr int kPage = 16;
 
-  PagedFiles write_paged(const std::vector<std::int64_t>& lens) {
+  // q_len > 1: the queries are [batch, q_len, Hq, D], q_len new tokens a sequence.
+  PagedFiles write_paged(const std::vector<std::int64_t>& lens, int q_len = 1) {
     PagedFiles f;
-    const Batch b = make_batch(std::vector<std::int64_t>(lens.size(), 1), lens);
+    const Batch b = make_batch(std::vector<std::int64_t>(lens.size(), q_len), lens);
     std::int64_t pages = 0;
     int max_pages = 0;
     for (std::int64_t l : lens) {
@@ -473,7 +474,10 @@ class CliDecodeTest : public CliAttendTest {
     }
     f.q = b.q;
     const auto batch = static_cast<std::int64_t>(lens.size());
-    f.args.set("--q", write_floats("q.npy", NpyDtype::kF32, {batch, kHq, kDim}, f.q));
+    const std::vector<std::int64_t> q_shape =
+        q_len > 1 ? std::vector<std::int64_t>{batch, q_len, kHq, kDim}
+                  : std::vector<std::int64_t>{batch, kHq, kDim};
+    f.args.set("--q", write_floats("q.npy", NpyDtype::kF32, q_shape, f.q));
     f.args.set("--k-pages",
                write_floats("kp.npy", NpyDtype::kF32, {pages, kPage, kHkv, kDim}, f.k_pages));
     f.args.set("--v-pages",
@@ -483,6 +487,7 @@ class CliDecodeTest : public CliAttendTest {
     f.args.set("--seq-lens", write_ints("sl.npy", NpyDtype::kI64, lens));
     f.args.set("--out", path("O.npy"));
     f.problem.q = f.q.data();
+    f.problem.q_len = q_len;
     f.problem.kv = {f.k_pages.data(), f.v_pages.data(), pages, kPage, {}, max_pages, lens};
     f.problem.kv.page_table.assign(table.begin(), table.end());
     f.problem.num_heads_q = kHq;
@@ -515,6 +520,33 @@ TEST_F(CliDecodeTest, PagedDecodeMatchesTheReference) {
   EXPECT_EQ(stats["tiles_total"], expected.tiles_total);
   EXPECT_EQ(stats["tiles_skipped"], expected.tiles_skipped);
   EXPECT_EQ(stats["sequences"][0]["kv_len"], 700);
+}
+
+TEST_F(CliDecodeTest, FourDimensionalQueriesAreNewTokensOfEachSequence) {
+  PagedFiles f = write_paged({300, 40}, 3);
+  f.args.set("--threshold", "0.01").set("--tile-k", "32").set("--num-splits", "2");
+  f.args.set("--stats", path("S.json"));
+  const RunResult r = run(f.args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ReferenceOptions opt;
+  opt.threshold = Threshold::flat(0.01);
+  opt.tiles = {1, 32, KvOrder::kForward};
+  opt.num_splits = 2;
+  std::vector<double> ref(f.q.size());
+  const AttentionStats expected = reference_decode(f.problem, opt, ref.data());
+  const NpyArray out = read_npy(path("O.npy"));
+  EXPECT_EQ(out.shape, (std::vector<std::int64_t>{2, 3, kHq, kDim}));
+  EXPECT_EQ(to_float_vector(out, "O.npy"), narrow(ref));
+  const nlohmann::json stats = read_json_file(path("S.json"));
+  EXPECT_EQ(stats["sequences"][1]["q_len"], 3);
+  EXPECT_EQ(stats["tiles_skipped"], expected.tiles_skipped);
+
+  fs::remove(path("O.npy"));
+  PagedFiles bad = write_paged({2}, 3);  // the cache must hold the 3 new tokens
+  const RunResult rb = run(bad.args);
+  EXPECT_NE(rb.exit_code, 0);
+  EXPECT_NE(rb.output.find("new token(s) in the cache"), std::string::npos) << rb.output;
+  EXPECT_FALSE(fs::exists(path("O.npy")));
 }
 
 TEST_F(CliDecodeTest, BadDecodeInputFailsAndLeavesNoOutput) {

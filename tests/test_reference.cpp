@@ -164,8 +164,9 @@ TEST(ReferencePrefill, SlidingWindowMatchesNaive) {
     // A chunk with history (300 of 700) and whole sequences, off every tile multiple.
     Batch b = make_batch({1, 129, 300, 700}, {1, 129, 700, 700}, 4, 2, 32, true, 91);
     b.problem.window = window;
-    EXPECT_LT(rel_l2(run(b.problem, options(Threshold::dense(), 64, 64)), naive_attention(b.problem)),
-              1e-13)
+    EXPECT_LT(
+        rel_l2(run(b.problem, options(Threshold::dense(), 64, 64)), naive_attention(b.problem)),
+        1e-13)
         << "window " << window;
   }
 }
@@ -426,16 +427,16 @@ TEST(ReferencePrefill, RejectsBadProblems) {
 struct PagedBatch {
   std::vector<float> q, k_pages, v_pages;
   DecodeProblem problem;
-  Batch contiguous;  // the same cache, contiguous, with q as a one-row chunk per sequence
+  Batch contiguous;  // the same cache, contiguous, with q as a causal q_len-row chunk per sequence
 };
 
 // Scatters each sequence's KV over shuffled pages; unused slots hold NaN so a read beyond a
 // sequence poisons the output.
 PagedBatch make_paged(const std::vector<std::int64_t>& lens, int hq, int hkv, int dim,
-                      int page_size, std::uint64_t seed) {
+                      int page_size, std::uint64_t seed, int q_len = 1) {
   PagedBatch pb;
-  pb.contiguous =
-      make_batch(std::vector<std::int64_t>(lens.size(), 1), lens, hq, hkv, dim, false, seed);
+  pb.contiguous = make_batch(std::vector<std::int64_t>(lens.size(), q_len), lens, hq, hkv, dim,
+                             q_len > 1, seed);
   const PrefillProblem& c = pb.contiguous.problem;
   int max_pages = 0;
   std::int64_t total_pages = 0;
@@ -466,6 +467,7 @@ PagedBatch make_paged(const std::vector<std::int64_t>& lens, int hq, int hkv, in
   DecodeProblem& d = pb.problem;
   d.q = pb.q.data();
   d.kv = {pb.k_pages.data(), pb.v_pages.data(), total_pages, page_size, table, max_pages, lens};
+  d.q_len = q_len;
   d.num_heads_q = hq;
   d.num_heads_kv = hkv;
   d.head_dim = dim;
@@ -474,7 +476,7 @@ PagedBatch make_paged(const std::vector<std::int64_t>& lens, int hq, int hkv, in
 
 std::vector<double> run_decode(const DecodeProblem& p, const ReferenceOptions& o,
                                AttentionStats* stats = nullptr) {
-  std::vector<double> out(p.kv.seq_lens.size() * p.num_heads_q * p.head_dim, kNaN);
+  std::vector<double> out(p.kv.seq_lens.size() * p.q_len * p.num_heads_q * p.head_dim, kNaN);
   AttentionStats s = reference_decode(p, o, out.data());
   if (stats) *stats = std::move(s);
   return out;
@@ -531,7 +533,8 @@ TEST(ReferenceDecode, VoteCoversTheWholeGroupAndHoldsTheBound) {
     ASSERT_GT(s.tiles_skipped, 0);
     std::int64_t first_of_split_skipped = 0, seeded_first_skipped = 0;
     for (const TileRecord& r : trace) {
-      if (r.visit == 0 && r.skipped) ++(r.q_tile == 0 ? first_of_split_skipped : seeded_first_skipped);
+      if (r.visit == 0 && r.skipped)
+        ++(r.q_tile == 0 ? first_of_split_skipped : seeded_first_skipped);
       if (!r.skipped) continue;
       // Every query head of the group votes: each of its weights must lie below lambda.
       for (int h = r.head * 4; h < r.head * 4 + 4; ++h) {
@@ -560,6 +563,59 @@ TEST(ReferenceDecode, GuardedLambdaZeroIsBitIdenticalToDense) {
   EXPECT_TRUE(bit_equal(run_decode(pb.problem, dense), run_decode(pb.problem, guarded)));
 }
 
+// Speculative verification: q_len new tokens per sequence are a causal chunk over the cache.
+TEST(ReferenceDecode, MultiTokenDenseEqualsACausalChunk) {
+  // Lengths 68 and 129: with tiles of 64 the last tile starts past the first tokens' last keys,
+  // so those rows see nothing in the last split.
+  PagedBatch pb = make_paged({4, 68, 129, 700}, 8, 2, 32, 16, 89, 4);
+  const auto naive = naive_attention(pb.contiguous.problem);
+  for (int splits : {1, 3, 11}) {
+    ReferenceOptions o = options(Threshold::dense(), 1, 64);
+    o.num_splits = splits;
+    const std::vector<double> out = run_decode(pb.problem, o);
+    EXPECT_LT(rel_l2(out, naive), 1e-13) << splits << " splits";
+    for (double x : out) ASSERT_FALSE(std::isnan(x)) << splits << " splits";
+  }
+  for (std::int64_t window : {1, 50, 200}) {
+    DecodeProblem d = pb.problem;
+    d.window = window;
+    PrefillProblem p = pb.contiguous.problem;
+    p.window = window;
+    ReferenceOptions o = options(Threshold::dense(), 1, 64);
+    o.num_splits = 2;
+    EXPECT_LT(rel_l2(run_decode(d, o), naive_attention(p)), 1e-13) << "window " << window;
+  }
+}
+
+TEST(ReferenceDecode, MultiTokenVoteCoversEveryTokenAndHoldsTheBound) {
+  const int q_len = 3;
+  PagedBatch pb = make_paged({2000, 900}, 8, 2, 64, 64, 97, q_len);
+  std::vector<TileRecord> trace;
+  ReferenceOptions o = options(Threshold::flat(1e-3), 1, 64);
+  o.num_splits = 2;
+  o.trace = &trace;
+  AttentionStats s;
+  run_decode(pb.problem, o, &s);
+  ASSERT_GT(s.tiles_skipped, 0);
+  EXPECT_EQ(s.sequences[0].q_len, q_len);
+  for (const TileRecord& r : trace) {
+    if (!r.skipped) continue;
+    // Every (token, head) row of the group votes: each weight it sees lies below lambda.
+    for (int h = r.head * 4; h < r.head * 4 + 4; ++h) {
+      const auto sc = naive_scores(pb.contiguous.problem, r.seq, h);
+      for (const std::vector<double>& row : sc) {
+        const double m = *std::max_element(row.begin(), row.end());
+        for (std::int64_t j = r.kv_tile * 64;
+             j < std::min<std::int64_t>((r.kv_tile + 1) * 64, std::ssize(row)); ++j) {
+          if (row[j] != -std::numeric_limits<double>::infinity()) {
+            EXPECT_LT(std::exp(row[j] - m), 1e-3);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(ReferenceDecode, RejectsBadPageTables) {
   PagedBatch pb = make_paged({100}, 2, 1, 16, 16, 79);
   DecodeProblem p = pb.problem;
@@ -572,6 +628,15 @@ TEST(ReferenceDecode, RejectsBadPageTables) {
   p = pb.problem;
   p.kv.seq_lens = {0};
   EXPECT_THROW(reference_decode(p, options(Threshold::dense()), out.data()), std::invalid_argument);
+  p = pb.problem;
+  p.q_len = 0;
+  EXPECT_THROW(reference_decode(p, options(Threshold::dense()), out.data()), std::invalid_argument);
+  p = pb.problem;
+  p.q_len = 2;
+  p.kv.seq_lens = {1};  // the cache must hold both new tokens
+  std::vector<double> out2(2 * 2 * 16);
+  EXPECT_THROW(reference_decode(p, options(Threshold::dense()), out2.data()),
+               std::invalid_argument);
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ constexpr bool kHaveCuda = false;
 struct AttendArgs {
   std::string q, k, v;
   std::string cu_seqlens_q, cu_seqlens_k;  // empty: no ragged batch
-  // Decode over a paged KV cache (instead of --k/--v): one query token per sequence.
+  // Decode over a paged KV cache (instead of --k/--v): q [batch, (q_len,) Hq, D].
   std::string k_pages, v_pages, page_table, seq_lens;
   int num_splits = 1;
   bool causal = false;
@@ -522,8 +522,8 @@ AttentionStats run_cuda_decode(const AttendArgs& a, const Settings& s, const Npy
   const DType dtype = !a.cuda_dtype.empty()
                           ? (a.cuda_dtype == "bf16" ? DType::kBF16 : DType::kF16)
                           : (q.dtype == NpyDtype::kF16 ? DType::kF16 : DType::kBF16);
-  const std::size_t kv_count = static_cast<std::size_t>(p.kv.num_pages) * p.kv.page_size *
-                               p.num_heads_kv * p.head_dim;
+  const std::size_t kv_count =
+      static_cast<std::size_t>(p.kv.num_pages) * p.kv.page_size * p.num_heads_kv * p.head_dim;
   const std::vector<float> qf(p.q, p.q + out.size());
   const std::vector<float> kf(p.kv.k_pages, p.kv.k_pages + kv_count);
   const std::vector<float> vf(p.kv.v_pages, p.kv.v_pages + kv_count);
@@ -533,10 +533,12 @@ AttentionStats run_cuda_decode(const AttendArgs& a, const Settings& s, const Npy
   args.batch = static_cast<int>(p.kv.seq_lens.size());
   std::vector<std::int32_t> lens;
   for (std::int64_t len : p.kv.seq_lens) {
-    if (len <= 0 || len >= (std::int64_t{1} << 31)) fail("--seq-lens: lengths must lie in [1, 2^31)");
+    if (len <= 0 || len >= (std::int64_t{1} << 31))
+      fail("--seq-lens: lengths must lie in [1, 2^31)");
     lens.push_back(static_cast<std::int32_t>(len));
     args.max_seq_len = std::max(args.max_seq_len, lens.back());
   }
+  args.q_len = p.q_len;
   args.num_heads_q = p.num_heads_q;
   args.num_heads_kv = p.num_heads_kv;
   args.kv.num_pages = p.kv.num_pages;
@@ -553,16 +555,16 @@ AttentionStats run_cuda_decode(const AttendArgs& a, const Settings& s, const Npy
   AttentionStats st;
   for (int b = 0; b < args.batch; ++b) {
     SequenceStats seq;
-    seq.q_len = 1;
+    seq.q_len = p.q_len;
     seq.kv_len = lens[b];
     seq.lambda = s.options.threshold.lambda_for(seq.kv_len);
     if (r.kernel == KernelChoice::kSkip) {
       seq.tiles_total = static_cast<std::int64_t>(r.stats[2 * b]);
       seq.tiles_skipped = static_cast<std::int64_t>(r.stats[2 * b + 1]);
     }
-    for (std::int64_t h = 0; h < p.num_heads_q; ++h) {
+    for (std::int64_t h = 0; h < std::int64_t{p.q_len} * p.num_heads_q; ++h) {
       for (int d = 0; d < p.head_dim; ++d) {
-        if (std::isnan(out[(b * p.num_heads_q + h) * p.head_dim + d])) {
+        if (std::isnan(out[(b * p.q_len * p.num_heads_q + h) * p.head_dim + d])) {
           ++seq.nan_rows;
           break;
         }
@@ -580,9 +582,12 @@ AttentionStats run_cuda_decode(const AttendArgs& a, const Settings& s, const Npy
 void run_attend_decode(const AttendArgs& a, Settings s) {
   check_decode_flags(a);
   const NpyArray q = read_tensor(a.q), kp = read_npy(a.k_pages), vp = read_npy(a.v_pages);
-  if (q.shape.size() != 3) {
-    fail(a.q + ": decode queries are [batch, Hq, D], got shape " + npy_shape_string(q.shape));
+  // [batch, Hq, D]: one new token per sequence; [batch, q_len, Hq, D]: q_len new tokens each.
+  if (q.shape.size() != 3 && q.shape.size() != 4) {
+    fail(a.q + ": decode queries are [batch, Hq, D] or [batch, q_len, Hq, D], got shape " +
+         npy_shape_string(q.shape));
   }
+  const std::size_t rank = q.shape.size();
   if (kp.shape.size() != 4) {
     fail(a.k_pages + ": the paged cache is [num_pages, page_size, Hkv, D], got shape " +
          npy_shape_string(kp.shape));
@@ -596,8 +601,8 @@ void run_attend_decode(const AttendArgs& a, Settings s) {
          npy_shape_string(kp.shape));
   }
   const std::int64_t batch = q.shape[0];
-  if (kp.shape[3] != q.shape[2]) {
-    fail("head_dim mismatch: q has " + std::to_string(q.shape[2]) + ", the caches " +
+  if (kp.shape[3] != q.shape[rank - 1]) {
+    fail("head_dim mismatch: q has " + std::to_string(q.shape[rank - 1]) + ", the caches " +
          std::to_string(kp.shape[3]));
   }
   const std::vector<std::int64_t> seq_lens = read_index_vector(a.seq_lens, 1, "seq_lens");
@@ -627,9 +632,10 @@ void run_attend_decode(const AttendArgs& a, Settings s) {
           kp.shape[0], small_dim(a.k_pages, "page_size", kp.shape[1]),
           page_table,  small_dim(a.page_table, "max_pages", table_array.shape[1]),
           seq_lens};
-  p.num_heads_q = small_dim(a.q, "heads", q.shape[1]);
+  p.q_len = rank == 4 ? small_dim(a.q, "q_len", q.shape[1]) : 1;
+  p.num_heads_q = small_dim(a.q, "heads", q.shape[rank - 2]);
   p.num_heads_kv = small_dim(a.k_pages, "heads", kp.shape[2]);
-  p.head_dim = small_dim(a.q, "head_dim", q.shape[2]);
+  p.head_dim = small_dim(a.q, "head_dim", q.shape[rank - 1]);
   p.softmax_scale = a.softmax_scale;
   const TileShape defaults;
   const int default_tile_k = a.backend == "cuda" ? decode_tile_k(p.head_dim) : defaults.tile_k;
@@ -679,8 +685,10 @@ void add_attend(CLI::App& app) {
       "attend",
       "Skip-softmax attention on .npy tensors: prefill (CPU reference or GPU) or paged decode");
   auto a = std::make_shared<AttendArgs>();
-  cmd->add_option("--q", a->q,
-                  "Queries [total_q, Hq, D] or [B, Sq, Hq, D] (decode: [B, Hq, D]), fp16 or fp32")
+  cmd->add_option(
+         "--q", a->q,
+         "Queries [total_q, Hq, D] or [B, Sq, Hq, D] (decode: [B, Hq, D], or [B, q_len, Hq, D] "
+         "for q_len new tokens each), fp16 or fp32")
       ->required();
   cmd->add_option("--k", a->k, "Keys [total_k, Hkv, D] or [B, Sk, Hkv, D]");
   cmd->add_option("--v", a->v, "Values, shaped like the keys");
@@ -697,8 +705,9 @@ void add_attend(CLI::App& app) {
   cu_q->needs(cu_k);
   cu_k->needs(cu_q);
   cmd->add_flag("--causal", a->causal, "Causal mask, bottom-right aligned");
-  cmd->add_option("--window", a->window,
-                  "Sliding window: a query sees its last W keys (needs --causal; cuda: dense only)");
+  cmd->add_option(
+      "--window", a->window,
+      "Sliding window: a query sees its last W keys (needs --causal; cuda: dense only)");
   auto* table = cmd->add_option("--scale-table", a->scale_table, "Scale table JSON file");
   auto* threshold = cmd->add_option("--threshold", a->threshold, "Flat lambda in [0, 1)");
   table->excludes(threshold);

@@ -53,8 +53,8 @@ typedef struct skipsoftmax_prefill_args {
 typedef struct skipsoftmax_decode_args {
   int dtype;                 /* enum skipsoftmax_dtype */
   int head_dim;              /* 64, 128, 256 */
-  const void* q;             /* [batch, num_heads_q, head_dim] */
-  void* out;                 /* [batch, num_heads_q, head_dim] */
+  const void* q;             /* [batch, q_len, num_heads_q, head_dim] */
+  void* out;                 /* [batch, q_len, num_heads_q, head_dim] */
   const void* k_pages;       /* [num_pages, page_size, num_heads_kv, head_dim] */
   const void* v_pages;
   int64_t num_pages;
@@ -76,6 +76,7 @@ typedef struct skipsoftmax_decode_args {
   unsigned long long* stats;
   int force_kernel;
   int window;           /* sliding window in keys (dense threshold); 0: none */
+  int q_len;            /* new tokens per sequence (speculative verification); 0 or 1: one */
 } skipsoftmax_decode_args;
 
 /* Runs prefill attention. Returns the kernel launched (SKIPSOFTMAX_DENSE or SKIPSOFTMAX_SKIP), or

@@ -78,13 +78,17 @@ struct PagedKvCache {
 };
 
 struct DecodeProblem {
-  const float* q = nullptr;  // [batch, num_heads_q, head_dim]: one new token per sequence
+  const float* q = nullptr;  // [batch, q_len, num_heads_q, head_dim]
+  // New tokens per sequence, already in the cache: token i of a sequence of L cached tokens sits
+  // at position L - q_len + i and sees keys [0, L - q_len + i] (speculative verification). Its
+  // rows join the GQA group's (row i * group + head): one vote per tile covers all of them.
+  int q_len = 1;
   PagedKvCache kv;
   int num_heads_q = 0;
   int num_heads_kv = 0;
   int head_dim = 0;
-  // Sliding window (local layers): the new token at position L - 1 sees keys [L - W, L - 1]; the
-  // split-KV ranges cut the tiles from the one holding key L - W. Dense only. 0: none.
+  // Sliding window (local layers): the token at position P sees keys [P - W + 1, P]; the split-KV
+  // ranges cut the tiles from the one holding the first token's first key. Dense only. 0: none.
   std::int64_t window = 0;
   std::optional<double> softmax_scale;
 };
@@ -117,7 +121,7 @@ void validate(const DecodeProblem& p);
 
 // out: [total_q, num_heads_q, head_dim]. Throws std::invalid_argument on a bad problem.
 AttentionStats reference_prefill(const PrefillProblem& p, const ReferenceOptions& opt, double* out);
-// out: [batch, num_heads_q, head_dim].
+// out: [batch, q_len, num_heads_q, head_dim].
 AttentionStats reference_decode(const DecodeProblem& p, const ReferenceOptions& opt, double* out);
 
 }  // namespace skipsoftmax

@@ -81,6 +81,13 @@ std::string can_implement(const DecodeArguments& a) {
   } else if (a.num_heads_q / a.num_heads_kv > decode::kMaxGroup) {
     why << "GQA groups of more than " << decode::kMaxGroup << " query heads per KV head are not "
         << "supported (Hq / Hkv = " << a.num_heads_q / a.num_heads_kv << ")";
+  } else if (a.q_len < 1 || a.q_len * (a.num_heads_q / a.num_heads_kv) > decode::kMaxGroup) {
+    why << "q_len x (Hq / Hkv) must lie in [1, " << decode::kMaxGroup
+        << "]: the new tokens' query rows of a GQA group are the 16 rows of one MMA (q_len = "
+        << a.q_len << ", Hq / Hkv = " << a.num_heads_q / a.num_heads_kv << ")";
+  } else if (a.max_seq_len < a.q_len) {
+    why << "max_seq_len (" << a.max_seq_len << ") must hold the q_len = " << a.q_len
+        << " new tokens";
   } else if (!a.q || !a.out || !a.seq_lens || !kv.k_pages || !kv.v_pages || !kv.page_table) {
     why << "q, out, seq_lens, k_pages, v_pages and page_table must be device pointers";
   } else if (kv.page_size < kMinPageSize || kv.page_size > kMaxPageSize ||
@@ -121,7 +128,7 @@ std::string can_implement(const DecodeArguments& a) {
 std::size_t decode_workspace_size(const DecodeArguments& a) {
   const int splits = decode_num_splits(a);
   if (splits <= 1) return 0;
-  const std::size_t rows = static_cast<std::size_t>(a.batch) * a.num_heads_q * splits;
+  const std::size_t rows = static_cast<std::size_t>(a.batch) * a.q_len * a.num_heads_q * splits;
   return rows * (static_cast<std::size_t>(a.head_dim) + 1) * sizeof(float);
 }
 
@@ -151,6 +158,7 @@ KernelChoice run_decode(const DecodeArguments& a, void* workspace, void* stream)
   p.num_heads_q = a.num_heads_q;
   p.num_heads_kv = a.num_heads_kv;
   p.group = a.num_heads_q / a.num_heads_kv;
+  p.q_len = a.q_len;
   p.num_splits = splits;
   p.window = a.window;
   constexpr double kLog2e = 1.4426950408889634;
@@ -159,8 +167,8 @@ KernelChoice run_decode(const DecodeArguments& a, void* workspace, void* stream)
   p.threshold = common::to_device(a.threshold);
   if (splits > 1) {
     p.partial_o = static_cast<float*>(workspace);
-    p.partial_lse =
-        p.partial_o + static_cast<std::size_t>(a.batch) * a.num_heads_q * splits * a.head_dim;
+    p.partial_lse = p.partial_o + static_cast<std::size_t>(a.batch) * a.q_len * a.num_heads_q *
+                                      splits * a.head_dim;
   }
   p.stats = a.stats;
   const auto s = static_cast<cudaStream_t>(stream);

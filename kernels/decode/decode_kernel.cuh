@@ -1,11 +1,13 @@
-// The paged decode kernel: one new query token per sequence, every query head of a GQA group in
-// one CTA, so that each K/V byte is read once. Its skip-softmax twin stops reading V.
+// The paged decode kernel: q_len new query tokens per sequence (1, or a few for speculative
+// verification), every query head of a GQA group in one CTA, so that each K/V byte is read once.
+// Its skip-softmax twin stops reading V.
 //
 // A CTA owns one (sequence, KV head, split) and walks the split's KV tiles of kTileK = 64 keys in
-// order. The group's g <= 16 query rows are the M = 16 rows of mma.sync.m16n8k16 (rows past g
-// are zero and never vote). Each of the 4 key slices of a tile (16 keys) belongs to one warp (per
-// 128 output columns: head dim 256 runs 8 warps, two column groups), which keeps its scores, its
-// P and its partial O and row sums in registers; the slices are summed once, at the end. Each
+// order. The q_len x g <= 16 query rows (row r: token r / g, head r % g; token i sits at position
+// kv_len - q_len + i and sees the keys up to it) are the M = 16 rows of mma.sync.m16n8k16 (rows
+// past are zero and never vote). Each of the 4 key slices of a tile (16 keys) belongs to one warp
+// (per 128 output columns: head dim 256 runs 8 warps, two column groups), which keeps its scores,
+// its P and its partial O and row sums in registers; the slices are summed once, at the end. Each
 // warp copies (cp.async) the K and V rows of its own slice, so that its copies need no CTA
 // barrier (head dim 256: the two column groups of a slice share its K rows, one barrier). Per
 // tile t, with one CTA barrier:
@@ -46,8 +48,8 @@ inline constexpr int kMaxGroup = 16;  // query heads per KV head: the rows of on
 inline constexpr int kKeySlices = 4;  // warps across a tile's keys, 16 keys each
 
 struct Params {
-  const void* q;          // [batch, Hq, D]
-  void* out;              // [batch, Hq, D]
+  const void* q;          // [batch, q_len, Hq, D]
+  void* out;              // [batch, q_len, Hq, D]
   const void* k_pages;    // [num_pages, page_size, Hkv, D]
   const void* v_pages;    // [num_pages, page_size, Hkv, D]
   const int* page_table;  // [batch, max_pages_per_seq]
@@ -55,13 +57,14 @@ struct Params {
   int max_pages_per_seq;
   int page_shift;  // log2(page_size)
   int num_heads_q, num_heads_kv, group;
+  int q_len;  // new tokens per sequence; q_len * group <= kMaxGroup
   int num_splits;
   int window;        // sliding window in keys (dense kernels); 0: none
   float scale_log2;  // softmax scale * log2(e)
   common::DeviceThreshold threshold;
   // num_splits > 1: each split's output normalized by its own sum, and its log2-sum-exp.
-  float* partial_o;           // [batch, Hq, num_splits, D]
-  float* partial_lse;         // [batch, Hq, num_splits]
+  float* partial_o;           // [batch, q_len, Hq, num_splits, D]
+  float* partial_lse;         // [batch, q_len, Hq, num_splits]
   unsigned long long* stats;  // [batch][2] tiles visited, skipped; null: none
 };
 
@@ -131,7 +134,8 @@ struct DecodeCta {
   const Params& p;
   SharedStorage<kHeadDim>& s;
   int seq, kv_head, split, kv_len, tile_begin, n_tiles;
-  int first_key;  // the first key the new token sees (past the sliding window's left edge)
+  int rows;                  // q_len * group query rows
+  int key_lo[2], key_hi[2];  // the keys rows r0 and r0 + 8 see (none past the rows: hi = -1)
   int tid, warp, lane;
   int slice, col0;                      // this warp's 16 keys of a tile, its first O column
   std::uint32_t qa[kHeadDim / 16][4];   // Q as A fragments, one group per 16 dims
@@ -182,6 +186,12 @@ struct DecodeCta {
     }
   }
 
+  // Row `row`'s index in the [batch, q_len, Hq] rows of q and of the output.
+  __device__ std::int64_t head_row(int row) const {
+    const std::int64_t token = static_cast<std::int64_t>(seq) * p.q_len + row / p.group;
+    return token * p.num_heads_q + kv_head * p.group + row % p.group;
+  }
+
   __device__ void load_q() {
     const int r0 = lane / 4, c0 = 2 * (lane % 4);
     const auto* q = static_cast<const std::uint32_t*>(p.q);
@@ -190,11 +200,7 @@ struct DecodeCta {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int row = r0 + 8 * (i % 2), col = 16 * kk + c0 + 8 * (i / 2);
-        const int head = kv_head * p.group + row;
-        qa[kk][i] =
-            row < p.group
-                ? q[((static_cast<std::int64_t>(seq) * p.num_heads_q + head) * kHeadDim + col) / 2]
-                : 0u;
+        qa[kk][i] = row < rows ? q[(head_row(row) * kHeadDim + col) / 2] : 0u;
       }
     }
   }
@@ -223,11 +229,8 @@ struct DecodeCta {
     for (int nb = 0; nb < 2; ++nb) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = r0 + 8 * (e / 2);
         const int key_index = tile * kTileK + 16 * slice + 8 * nb + 2 * (lane % 4) + e % 2;
-        if (row >= p.group || key_index >= kv_len || key_index < first_key) {
-          acc[nb][e] = kNegInf;
-        }
+        if (key_index > key_hi[e / 2] || key_index < key_lo[e / 2]) acc[nb][e] = kNegInf;
         mx[e / 2] = fmaxf(mx[e / 2], acc[nb][e]);
       }
     }
@@ -240,7 +243,7 @@ struct DecodeCta {
   }
 
   // After scores() and a barrier: the tile's row maxima move m_run of this thread's rows r0 and
-  // r0 + 8; returns the warp's vote at raw-score gap `gap`, every row r < group voting skip. Each
+  // r0 + 8; returns the warp's vote at raw-score gap `gap`, every row r < rows voting skip. Each
   // warp covers all 16 rows, so every warp returns the CTA's verdict.
   __device__ bool update_max(float gap, int buf) {
     bool vote = true;
@@ -252,7 +255,7 @@ struct DecodeCta {
       for (int w = 1; w < kKeySlices; ++w) mx = fmaxf(mx, s.warp_max[buf][w][row]);
       const float m_old = m_run[i];
       m_run[i] = fmaxf(m_old, mx);
-      vote &= row >= p.group || mx == kNegInf || mx - fmaxf(m_old, mx) < gap;
+      vote &= row >= rows || mx == kNegInf || mx - fmaxf(m_old, mx) < gap;
     }
     return __all_sync(0xffffffff, vote);
   }
@@ -266,11 +269,13 @@ struct DecodeCta {
     for (int i = 0; i < 2; ++i) {
       const int row = r0 + 8 * i;
       float corr = 1.f, sum = 0.f;
-      if (row < p.group) {
+      if (row < rows) {
         const float m_new = m_run[i];
         corr = m_ref[i] == kNegInf ? 0.f : hopper::fast_exp2((m_ref[i] - m_new) * p.scale_log2);
         m_ref[i] = m_new;
-        const float ms = m_new * p.scale_log2;
+        // A token that has seen no key yet (its keys all lie past this split's first tiles)
+        // keeps m = -inf: exponentiate against 0, so that its masked scores give 0, not NaN.
+        const float ms = m_new == kNegInf ? 0.f : m_new * p.scale_log2;
 #pragma unroll
         for (int nb = 0; nb < 2; ++nb) {
 #pragma unroll
@@ -437,7 +442,7 @@ struct DecodeCta {
     // Thread t of the CTA writes columns 2 (t % (D / 2)) + {0, 1} of rows t / (D / 2) + k R.
     constexpr int kPairs = kHeadDim / 2, kRowStep = kThreads / kPairs;
     const int col = 2 * (tid % kPairs);
-    for (int row = tid / kPairs; row < p.group; row += kRowStep) {
+    for (int row = tid / kPairs; row < rows; row += kRowStep) {
       float sum = 0.f, x0 = 0.f, x1 = 0.f;
 #pragma unroll
       for (int k = 0; k < kKeySlices; ++k) {
@@ -448,17 +453,16 @@ struct DecodeCta {
         x1 += part.y;
       }
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      const std::int64_t head_row =
-          static_cast<std::int64_t>(seq) * p.num_heads_q + kv_head * p.group + row;
+      const std::int64_t hr = head_row(row);
       if (split_out) {
-        float* dst = p.partial_o + (head_row * p.num_splits + split) * kHeadDim + col;
+        float* dst = p.partial_o + (hr * p.num_splits + split) * kHeadDim + col;
         *reinterpret_cast<float2*>(dst) = make_float2(x0 * inv, x1 * inv);
         if (col == 0) {
-          p.partial_lse[head_row * p.num_splits + split] =
+          p.partial_lse[hr * p.num_splits + split] =
               sum > 0.f ? s.m_run[row] * p.scale_log2 + __log2f(sum) : kNegInf;
         }
       } else {
-        auto* dst = static_cast<std::uint32_t*>(p.out) + (head_row * kHeadDim + col) / 2;
+        auto* dst = static_cast<std::uint32_t*>(p.out) + (hr * kHeadDim + col) / 2;
         *dst = hopper::pack_half2<kBf16>(x0 * inv, x1 * inv);
       }
     }
@@ -474,9 +478,18 @@ struct DecodeCta {
     lane = tid % 32;
     slice = warp % kKeySlices;
     col0 = (warp / kKeySlices) * Cfg::kCols;
+    rows = p.q_len * p.group;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = lane / 4 + 8 * i;
+      const int last = kv_len - p.q_len + row / p.group;  // this row's token's position
+      key_hi[i] = row < rows ? last : -1;
+      key_lo[i] = p.window > 0 ? max(0, last - p.window + 1) : 0;
+    }
     load_q();
-    // The splits cut the tiles from the one holding the window's first key, as reference_decode.
-    first_key = p.window > 0 ? max(0, kv_len - p.window) : 0;
+    // The splits cut the tiles from the one holding the first token's first key, as
+    // reference_decode.
+    const int first_key = p.window > 0 ? max(0, kv_len - p.q_len - p.window + 1) : 0;
     const int first_tile = first_key / kTileK;
     int tile_end;
     split_range((kv_len + kTileK - 1) / kTileK - first_tile, p.num_splits, split, tile_begin,

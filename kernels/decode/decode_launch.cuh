@@ -26,7 +26,8 @@ void launch(const Params& params, int batch, cudaStream_t stream) {
   kernel<<<grid, Config<kHeadDim>::kThreads, kSmem, stream>>>(params);
   check_launch(cudaGetLastError(), "launch");
   if (params.num_splits > 1) {
-    combine_kernel<kBf16, kHeadDim><<<batch * params.num_heads_q, kHeadDim, 0, stream>>>(params);
+    const int head_rows = batch * params.q_len * params.num_heads_q;
+    combine_kernel<kBf16, kHeadDim><<<head_rows, kHeadDim, 0, stream>>>(params);
     check_launch(cudaGetLastError(), "combine launch");
   }
 }
@@ -37,11 +38,10 @@ void launch_family(const Params& params, int batch, cudaStream_t stream);
 
 }  // namespace skipsoftmax::decode
 
-#define SKIPSOFTMAX_DECODE_FAMILY(BF16, HEAD_DIM, SKIP)                                      \
-  namespace skipsoftmax::decode {                                                            \
-  template <>                                                                                \
-  void launch_family<BF16, HEAD_DIM, SKIP>(const Params& params, int batch,                  \
-                                           cudaStream_t stream) {                            \
-    launch<BF16, HEAD_DIM, SKIP>(params, batch, stream);                                     \
-  }                                                                                          \
+#define SKIPSOFTMAX_DECODE_FAMILY(BF16, HEAD_DIM, SKIP)                                            \
+  namespace skipsoftmax::decode {                                                                  \
+  template <>                                                                                      \
+  void launch_family<BF16, HEAD_DIM, SKIP>(const Params& params, int batch, cudaStream_t stream) { \
+    launch<BF16, HEAD_DIM, SKIP>(params, batch, stream);                                           \
+  }                                                                                                \
   }

@@ -33,7 +33,7 @@ bool compiled(DType t, int dim) {
 }
 
 // One decode step of a ragged batch: the cache holds each sequence's structured K/V on shuffled
-// pages, unused slots NaN; the query is the sequence's last token.
+// pages, unused slots NaN; the queries are the sequence's last q_len tokens.
 struct Case {
   DType dtype;
   int hq, hkv, dim, page_size;
@@ -43,11 +43,13 @@ struct Case {
   std::vector<std::int32_t> page_table;
   int max_pages = 0;
   std::int64_t num_pages = 0;
+  int q_len = 1;
 };
 
 Case make_case(DType t, int hq, int hkv, int dim, int page_size, std::vector<std::int32_t> lens,
-               std::uint64_t seed, double noise = 0.75) {
+               std::uint64_t seed, double noise = 0.75, int q_len = 1) {
   Case c{t, hq, hkv, dim, page_size, std::move(lens)};
+  c.q_len = q_len;
   const std::size_t row = static_cast<std::size_t>(hkv) * dim;
   std::int64_t needed = 0;
   for (int len : c.lens) {
@@ -73,8 +75,8 @@ Case make_case(DType t, int hq, int hkv, int dim, int page_size, std::vector<std
     spec.seed = seed * 31 + s;
     const SyntheticQkv qkv = make_structured_qkv(spec);
     const std::size_t qrow = static_cast<std::size_t>(hq) * dim;
-    for (std::size_t i = 0; i < qrow; ++i) {
-      c.q.push_back(to_bits(qkv.q[(c.lens[s] - 1) * qrow + i], t));
+    for (std::size_t i = 0; i < q_len * qrow; ++i) {
+      c.q.push_back(to_bits(qkv.q[(c.lens[s] - q_len) * qrow + i], t));
     }
     for (int tok = 0; tok < c.lens[s]; ++tok) {
       if (tok % page_size == 0) c.page_table[s * c.max_pages + tok / page_size] = order[next++];
@@ -111,6 +113,7 @@ DecodeArguments args_of(const Case& c, const Threshold& th, int splits) {
   a.kv.max_pages_per_seq = c.max_pages;
   a.threshold = th;
   a.num_splits = splits;
+  a.q_len = c.q_len;
   return a;
 }
 
@@ -137,6 +140,7 @@ AttentionStats run_cpu(const Case& c, const Threshold& th, int splits, std::vect
   DecodeProblem p;
   p.window = window;
   p.q = c.qf.data();
+  p.q_len = c.q_len;
   p.kv.k_pages = c.kf.data();
   p.kv.v_pages = c.vf.data();
   p.kv.num_pages = c.num_pages;
@@ -306,6 +310,54 @@ TEST(GpuDecode, SkipLaunchesSplitFinerThanDenseOnes) {
   EXPECT_EQ(decode_num_splits(forced), 2);
   forced.num_splits = 3;
   EXPECT_EQ(decode_num_splits(forced), 3);
+}
+
+// Speculative verification: q_len new tokens a sequence, causal among themselves, their rows
+// voting with the group's. Lengths put a split's first tiles past the first tokens' keys.
+TEST(GpuDecode, MultiTokenGroupsMatchReferenceOutputAndDecisions) {
+  REQUIRE_HOPPER();
+  struct Shape {
+    int hq, hkv, q_len;
+  };
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    for (int dim : {64, 128, 256}) {
+      if (!compiled(t, dim)) continue;
+      for (const Shape sh : {Shape{8, 2, 4}, Shape{6, 3, 8}, Shape{2, 2, 16}, Shape{9, 3, 5}}) {
+        const Case c = make_case(t, sh.hq, sh.hkv, dim, 16, {16, 65, 130, 700, 3001}, 31 + dim,
+                                 0.75, sh.q_len);
+        for (int splits : {1, 3, 8}) {
+          const std::string what = std::string(to_string(t)) + " d" + std::to_string(dim) +
+                                   " Hq=" + std::to_string(sh.hq) +
+                                   " Hkv=" + std::to_string(sh.hkv) + " q_len " +
+                                   std::to_string(sh.q_len) + " splits " + std::to_string(splits);
+          const Result dense = run_gpu(c, Threshold::dense(), splits);
+          for (double x : dense.out) ASSERT_FALSE(std::isnan(x)) << what << ": NaN in the output";
+          std::vector<double> ref;
+          run_cpu(c, Threshold::dense(), splits, ref);
+          EXPECT_LT(rel_l2(dense.out, ref), tolerance(t)) << what;
+          const Result guard = run_gpu(c, Threshold::dense(), splits, KernelChoice::kSkip);
+          EXPECT_EQ(guard.bits, dense.bits) << what << ": the guard is not bit-identical";
+          for (double lambda : {1e-3, 1e-2}) {
+            const Result r = run_gpu(c, Threshold::flat(lambda), splits);
+            const AttentionStats st = run_cpu(c, Threshold::flat(lambda), splits, ref);
+            EXPECT_LT(rel_l2(r.out, ref), tolerance(t)) << what << " lambda " << lambda;
+            expect_stats_agree(r, st, what);
+          }
+        }
+        for (int window : {1, 100}) {
+          const Result r = run_gpu(c, Threshold::dense(), 2, std::nullopt, window);
+          std::vector<double> ref;
+          run_cpu(c, Threshold::dense(), 2, ref, window);
+          EXPECT_LT(rel_l2(r.out, ref), tolerance(t))
+              << "window " << window << " q_len " << sh.q_len;
+        }
+      }
+    }
+  }
+  // More rows than one MMA holds: refused with the reason.
+  const Case c = make_case(DType::kBF16, 8, 2, 128, 16, {100}, 3, 0.75, 5);
+  DecodeArguments a = args_of(c, Threshold::dense(), 1);
+  EXPECT_NE(can_implement(a).find("q_len x (Hq / Hkv) must lie in [1, 16]"), std::string::npos);
 }
 
 TEST(GpuDecode, SlidingWindowMatchesReference) {
