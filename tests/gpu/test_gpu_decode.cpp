@@ -319,6 +319,7 @@ TEST(GpuDecode, MultiTokenGroupsMatchReferenceOutputAndDecisions) {
   struct Shape {
     int hq, hkv, q_len;
   };
+  const std::int64_t disagreements_before = g_disagreements, tiles_before = g_tiles;
   for (DType t : {DType::kBF16, DType::kF16}) {
     for (int dim : {64, 128, 256}) {
       if (!compiled(t, dim)) continue;
@@ -354,6 +355,11 @@ TEST(GpuDecode, MultiTokenGroupsMatchReferenceOutputAndDecisions) {
       }
     }
   }
+  std::printf(
+      "multi-token decode skip decisions: %lld of %lld visited tiles differ from the CPU "
+      "reference\n",
+      static_cast<long long>(g_disagreements - disagreements_before),
+      static_cast<long long>(g_tiles - tiles_before));
   // More rows than one MMA holds: refused with the reason.
   const Case c = make_case(DType::kBF16, 8, 2, 128, 16, {100}, 3, 0.75, 5);
   DecodeArguments a = args_of(c, Threshold::dense(), 1);
