@@ -495,6 +495,17 @@ class CliDecodeTest : public CliAttendTest {
     f.problem.head_dim = kDim;
     return f;
   }
+
+  // The reference decode of the files at lambda 0.01, tiles of 32 keys.
+  static AttentionStats reference(const PagedFiles& f, KvOrder order, int splits,
+                                  std::vector<double>& out) {
+    ReferenceOptions opt;
+    opt.threshold = Threshold::flat(0.01);
+    opt.tiles = {1, 32, order};
+    opt.num_splits = splits;
+    out.assign(f.q.size(), 0.0);
+    return reference_decode(f.problem, opt, out.data());
+  }
 };
 
 TEST_F(CliDecodeTest, PagedDecodeMatchesTheReference) {
@@ -504,12 +515,8 @@ TEST_F(CliDecodeTest, PagedDecodeMatchesTheReference) {
   const RunResult r = run(f.args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
-  ReferenceOptions opt;
-  opt.threshold = Threshold::flat(0.01);
-  opt.tiles = {1, 32, KvOrder::kSinkThenReverse};
-  opt.num_splits = 3;
-  std::vector<double> ref(f.q.size());
-  const AttentionStats expected = reference_decode(f.problem, opt, ref.data());
+  std::vector<double> ref;
+  const AttentionStats expected = reference(f, KvOrder::kSinkThenReverse, 3, ref);
   EXPECT_EQ(to_float_vector(read_npy(path("O.npy")), "O.npy"), narrow(ref));
   EXPECT_GT(expected.tiles_skipped, 0);
   EXPECT_EQ(expected.nan_rows, 0);  // the NaN slots past each sequence were never read
@@ -528,12 +535,8 @@ TEST_F(CliDecodeTest, FourDimensionalQueriesAreNewTokensOfEachSequence) {
   f.args.set("--stats", path("S.json"));
   const RunResult r = run(f.args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  ReferenceOptions opt;
-  opt.threshold = Threshold::flat(0.01);
-  opt.tiles = {1, 32, KvOrder::kForward};
-  opt.num_splits = 2;
-  std::vector<double> ref(f.q.size());
-  const AttentionStats expected = reference_decode(f.problem, opt, ref.data());
+  std::vector<double> ref;
+  const AttentionStats expected = reference(f, KvOrder::kForward, 2, ref);
   const NpyArray out = read_npy(path("O.npy"));
   EXPECT_EQ(out.shape, (std::vector<std::int64_t>{2, 3, kHq, kDim}));
   EXPECT_EQ(to_float_vector(out, "O.npy"), narrow(ref));
