@@ -60,7 +60,7 @@ skipsoftmax::DecodeArguments decode_arguments(const skipsoftmax_decode_args* arg
   d.threshold = threshold_of(a);
   d.num_splits = a.num_splits;
   d.window = a.window;
-  d.q_len = a.q_len > 0 ? a.q_len : 1;
+  d.q_len = a.q_len == 0 ? 1 : a.q_len;  // negative: can_implement says so
   d.stats = a.stats;
   d.force_kernel = forced(a);
   return d;

@@ -219,6 +219,12 @@ TileStats decode_tile_stats(const DecodeProblem& problem, const StatsOptions& op
   DecodeProblem p = problem;
   if (!p.kv.v_pages) p.kv.v_pages = p.kv.k_pages;  // never read here
   validate(p);
+  if (p.q_len != 1) {
+    throw std::invalid_argument(
+        "decode tile statistics take one new token per sequence, got "
+        "q_len " +
+        std::to_string(p.q_len));
+  }
   validate_stats_options(opt);
   const int hq = p.num_heads_q, hkv = p.num_heads_kv, dim = p.head_dim;
   const int group = hq / hkv, tk = opt.tiles.tile_k, splits = opt.num_splits;

@@ -217,6 +217,9 @@ TEST(CalibrationStats, DecodeAgreesWithTheReferenceWithSplits) {
       EXPECT_GT(skipped_somewhere, 0);
     }
   }
+  DecodeProblem multi = pb.problem;  // calibration votes one new token per sequence
+  multi.q_len = 2;
+  EXPECT_THROW(decode_tile_stats(multi, StatsOptions{}), std::invalid_argument);
 }
 
 // check-tables counts, at each sequence's own lambda of a table (the guard included), exactly the

@@ -76,7 +76,7 @@ typedef struct skipsoftmax_decode_args {
   unsigned long long* stats;
   int force_kernel;
   int window;           /* sliding window in keys (dense threshold); 0: none */
-  int q_len;            /* new tokens per sequence (speculative verification); 0 or 1: one */
+  int q_len;            /* new tokens per sequence (speculative verification); 0: one */
 } skipsoftmax_decode_args;
 
 /* Runs prefill attention. Returns the kernel launched (SKIPSOFTMAX_DENSE or SKIPSOFTMAX_SKIP), or

@@ -58,8 +58,9 @@ int decode_num_splits(const DecodeArguments& a) {
   const int per_sm = a.head_dim == 256 ? 1 : 2;
   const int slots = multiprocessors() * per_sm;
   const int ctas = std::max(1, a.batch * a.num_heads_kv);
-  const int keys =
-      a.window > 0 ? std::min(a.max_seq_len, a.window + decode::kTileK) : a.max_seq_len;
+  // With a window the new tokens see window + q_len - 1 keys, from a tile boundary.
+  const int keys = a.window > 0 ? std::min(a.max_seq_len, a.window + a.q_len - 1 + decode::kTileK)
+                                : a.max_seq_len;
   const int n_tiles = (keys + decode::kTileK - 1) / decode::kTileK;
   int splits = std::min(slots / ctas, n_tiles / 4);
   if (kernel_for(a) == KernelChoice::kSkip) {

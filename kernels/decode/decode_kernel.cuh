@@ -11,7 +11,7 @@
 // warp copies (cp.async) the K and V rows of its own slice, so that its copies need no CTA
 // barrier (head dim 256: the two column groups of a slice share its K rows, one barrier). Per
 // tile t, with one CTA barrier:
-//   1. K of tile t + 4 is requested (zero-filled past the sequence; its pages were read from the
+//   1. K of tile t + 3 is requested (zero-filled past the sequence; its pages were read from the
 //      page table an iteration earlier, and are kept for its V); K of tile t and V of tile t - 3
 //      are awaited;
 //   2. S_t = Q K_t^T for the warp's 16 keys; scores past the sequence are -inf; row maxima to
@@ -540,7 +540,8 @@ __global__ void __launch_bounds__(kHeadDim) combine_kernel(const __grid_constant
     total += w;
     acc += w * p.partial_o[(head_row * p.num_splits + i) * kHeadDim + threadIdx.x];
   }
-  const float x = acc / total;
+  // total = 0: no split saw a key (a sequence shorter than q_len): 0, as one split writes.
+  const float x = total > 0.f ? acc / total : 0.f;
   auto* out = static_cast<std::uint16_t*>(p.out) + head_row * kHeadDim + threadIdx.x;
   if constexpr (kBf16) {
     *reinterpret_cast<__nv_bfloat16*>(out) = __float2bfloat16_rn(x);
