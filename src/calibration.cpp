@@ -220,10 +220,9 @@ TileStats decode_tile_stats(const DecodeProblem& problem, const StatsOptions& op
   if (!p.kv.v_pages) p.kv.v_pages = p.kv.k_pages;  // never read here
   validate(p);
   if (p.q_len != 1) {
-    throw std::invalid_argument(
-        "decode tile statistics take one new token per sequence, got "
-        "q_len " +
-        std::to_string(p.q_len));
+    const std::string q_len = std::to_string(p.q_len);
+    throw std::invalid_argument("decode tile statistics take one new token a sequence, q_len " +
+                                q_len);
   }
   validate_stats_options(opt);
   const int hq = p.num_heads_q, hkv = p.num_heads_kv, dim = p.head_dim;

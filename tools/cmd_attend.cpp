@@ -522,8 +522,8 @@ AttentionStats run_cuda_decode(const AttendArgs& a, const Settings& s, const Npy
   const DType dtype = !a.cuda_dtype.empty()
                           ? (a.cuda_dtype == "bf16" ? DType::kBF16 : DType::kF16)
                           : (q.dtype == NpyDtype::kF16 ? DType::kF16 : DType::kBF16);
-  const std::size_t kv_count =
-      static_cast<std::size_t>(p.kv.num_pages) * p.kv.page_size * p.num_heads_kv * p.head_dim;
+  const std::size_t kv_count = static_cast<std::size_t>(p.kv.num_pages) * p.kv.page_size *
+                               p.num_heads_kv * p.head_dim;
   const std::vector<float> qf(p.q, p.q + out.size());
   const std::vector<float> kf(p.kv.k_pages, p.kv.k_pages + kv_count);
   const std::vector<float> vf(p.kv.v_pages, p.kv.v_pages + kv_count);
@@ -533,8 +533,7 @@ AttentionStats run_cuda_decode(const AttendArgs& a, const Settings& s, const Npy
   args.batch = static_cast<int>(p.kv.seq_lens.size());
   std::vector<std::int32_t> lens;
   for (std::int64_t len : p.kv.seq_lens) {
-    if (len <= 0 || len >= (std::int64_t{1} << 31))
-      fail("--seq-lens: lengths must lie in [1, 2^31)");
+    if (len <= 0 || len >= (std::int64_t{1} << 31)) fail("--seq-lens: lengths must lie in [1, 2^31)");
     lens.push_back(static_cast<std::int32_t>(len));
     args.max_seq_len = std::max(args.max_seq_len, lens.back());
   }
@@ -685,10 +684,9 @@ void add_attend(CLI::App& app) {
       "attend",
       "Skip-softmax attention on .npy tensors: prefill (CPU reference or GPU) or paged decode");
   auto a = std::make_shared<AttendArgs>();
-  cmd->add_option(
-         "--q", a->q,
-         "Queries [total_q, Hq, D] or [B, Sq, Hq, D] (decode: [B, Hq, D], or [B, q_len, Hq, D] "
-         "for q_len new tokens each), fp16 or fp32")
+  cmd->add_option("--q", a->q,
+                  "Queries [total_q, Hq, D] or [B, Sq, Hq, D] (decode: [B, Hq, D] or "
+                  "[B, q_len, Hq, D]), fp16 or fp32")
       ->required();
   cmd->add_option("--k", a->k, "Keys [total_k, Hkv, D] or [B, Sk, Hkv, D]");
   cmd->add_option("--v", a->v, "Values, shaped like the keys");
@@ -705,9 +703,8 @@ void add_attend(CLI::App& app) {
   cu_q->needs(cu_k);
   cu_k->needs(cu_q);
   cmd->add_flag("--causal", a->causal, "Causal mask, bottom-right aligned");
-  cmd->add_option(
-      "--window", a->window,
-      "Sliding window: a query sees its last W keys (needs --causal; cuda: dense only)");
+  cmd->add_option("--window", a->window,
+                  "Sliding window: a query sees its last W keys (needs --causal; cuda: dense only)");
   auto* table = cmd->add_option("--scale-table", a->scale_table, "Scale table JSON file");
   auto* threshold = cmd->add_option("--threshold", a->threshold, "Flat lambda in [0, 1)");
   table->excludes(threshold);

@@ -22,14 +22,14 @@ namespace skipsoftmax {
 
 struct DecodeArguments {
   DType dtype = DType::kBF16;
-  int head_dim = 128;       // 64, 128 or 256
-  const void* q = nullptr;  // device, [batch, q_len, num_heads_q, head_dim]
-  void* out = nullptr;      // device, [batch, q_len, num_heads_q, head_dim]
+  int head_dim = 128;                  // 64, 128 or 256
+  const void* q = nullptr;             // device, [batch, q_len, num_heads_q, head_dim]
+  void* out = nullptr;                 // device, [batch, q_len, num_heads_q, head_dim]
   // New tokens per sequence, already in the cache: token i sits at position seq_len - q_len + i
   // and sees the keys up to it (causal). q_len x (Hq / Hkv) <= 16; every sequence must hold at
   // least q_len tokens. All rows of a GQA group vote together on each tile.
   int q_len = 1;
-  PagedKv kv;                              // the cache, already holding the new token's K and V
+  PagedKv kv;                          // the cache, already holding the new tokens' K and V
   const std::int32_t* seq_lens = nullptr;  // device, [batch]: cached tokens, the new ones included
   int batch = 0;
   int max_seq_len = 0;  // the longest seq_lens entry: sizes the split and drives the dispatch
@@ -39,8 +39,8 @@ struct DecodeArguments {
   // Sliding window (local layers such as Gemma 3's): the new token sees its last `window` keys.
   // Windowed launches run the dense kernel (skipping is not applied to local layers). 0: none.
   int window = 0;
-  Threshold threshold;  // the decode table (dense, per-length table or flat)
-  int num_splits = 0;   // 0: chosen from batch, heads and max_seq_len
+  Threshold threshold;                  // the decode table (dense, per-length table or flat)
+  int num_splits = 0;                   // 0: chosen from batch, heads and max_seq_len
   // Skip kernel only: [batch][2] tiles visited and skipped per sequence, accumulated.
   unsigned long long* stats = nullptr;
   std::optional<KernelChoice> force_kernel;

@@ -63,16 +63,15 @@ struct Params {
   float scale_log2;  // softmax scale * log2(e)
   common::DeviceThreshold threshold;
   // num_splits > 1: each split's output normalized by its own sum, and its log2-sum-exp.
-  float* partial_o;           // [batch, q_len, Hq, num_splits, D]
-  float* partial_lse;         // [batch, q_len, Hq, num_splits]
+  float* partial_o;    // [batch, q_len, Hq, num_splits, D]
+  float* partial_lse;  // [batch, q_len, Hq, num_splits]
   unsigned long long* stats;  // [batch][2] tiles visited, skipped; null: none
 };
 
 template <int kHeadDim>
 struct Config {
-  static constexpr int kChunks = kHeadDim / 8;               // 16-byte chunks per key row
-  static constexpr int kColGroups = kHeadDim > 128 ? 2 : 1;  // O column groups
-  static constexpr int kCols = kHeadDim / kColGroups;        // O columns of one warp
+  static constexpr int kColGroups = kHeadDim > 128 ? 2 : 1;        // O column groups
+  static constexpr int kCols = kHeadDim / kColGroups;              // O columns of one warp
   static constexpr int kWarps = kKeySlices * kColGroups;
   static constexpr int kThreads = 32 * kWarps;
   // Each warp copies the K and V rows of its key slice, the chunks of its column group: what it
@@ -339,7 +338,7 @@ struct DecodeCta {
     hopper::cp_async_commit();
 #pragma unroll
     for (int j = 0; j <= kAhead; ++j) pg[j] = lookup_page(tile_begin + j);
-      // The groups the iterations before the first would have committed: K of tile j, no V.
+    // The groups the iterations before the first would have committed: K of tile j, no V.
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
       if (j < n_tiles) load_tile(s.k[j], p.k_pages, tile_begin + j, pg[j]);

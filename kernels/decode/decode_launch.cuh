@@ -38,10 +38,11 @@ void launch_family(const Params& params, int batch, cudaStream_t stream);
 
 }  // namespace skipsoftmax::decode
 
-#define SKIPSOFTMAX_DECODE_FAMILY(BF16, HEAD_DIM, SKIP)                                            \
-  namespace skipsoftmax::decode {                                                                  \
-  template <>                                                                                      \
-  void launch_family<BF16, HEAD_DIM, SKIP>(const Params& params, int batch, cudaStream_t stream) { \
-    launch<BF16, HEAD_DIM, SKIP>(params, batch, stream);                                           \
-  }                                                                                                \
+#define SKIPSOFTMAX_DECODE_FAMILY(BF16, HEAD_DIM, SKIP)                                      \
+  namespace skipsoftmax::decode {                                                            \
+  template <>                                                                                \
+  void launch_family<BF16, HEAD_DIM, SKIP>(const Params& params, int batch,                  \
+                                           cudaStream_t stream) {                            \
+    launch<BF16, HEAD_DIM, SKIP>(params, batch, stream);                                     \
+  }                                                                                          \
   }
