@@ -3,13 +3,20 @@
 ctypes) against PyTorch SDPA's cuDNN and FlashAttention backends on the same cache contents, and
 against the bandwidth of a device-to-device copy measured in the same run.
 
-One new token per sequence; the KV cache holds real-structure attention (an attention sink, a
-rotary-like band, a Gaussian far field: the recipe of src/synthetic.cpp) on shuffled pages. SDPA
-gets the same K/V as contiguous [B, Hkv, L, D] tensors and the query heads of each GQA group as
-query rows ([B, Hkv, G, D]), so that it too reads each K/V byte once. Every timed call follows an
+One new token per sequence, or with --q-len N the N new tokens of a speculative verification
+(N x G <= 16, G = Hq / Hkv): they are already in the cache of L tokens, token i at L - N + i seeing
+the keys up to it (causal, bottom-right aligned). The KV cache holds real-structure attention (an
+attention sink, a rotary-like band, a Gaussian far field: the recipe of src/synthetic.cpp) on
+shuffled pages. SDPA gets the same K/V as contiguous [B, Hkv, L, D] tensors and the N x G query
+rows of each GQA group packed token-major ([B, Hkv, N G, D], row r: token r / G, head r % G, our
+kernel's order), so that it too reads each K/V byte once. With N > 1 the rows need causal limits
+of their own: cuDNN gets them as an additive [N G, L] bias; FlashAttention takes no mask, so it
+gets [B, Hq, N, D] with GQA and torch.nn.attention.bias.causal_lower_right (FA2's own causal) and
+reads K/V per query head (its TB/s still counts the K/V bytes once). Every timed call follows an
 L2 flush; arms are interleaved round by round; median per arm. Prints a table and writes JSON.
 
   python3 bench/decode_sdpa.py --lib build-gpu/libskipsoftmax_capi.so --json out.json
+  python3 bench/decode_sdpa.py --lib build-gpu/libskipsoftmax_capi.so --q-len 4 --json out.json
 """
 import argparse
 import ctypes
@@ -20,6 +27,7 @@ import sys
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
 
 from compare_sdpa import interleaved_median_ms, rel_l2, structured
 
@@ -74,13 +82,13 @@ class Ours:
         a = DecodeArgs()
         a.num_splits = splits
         a.dtype = 1 if q.dtype == torch.bfloat16 else 0
-        a.head_dim = q.shape[2]
+        a.head_dim = q.shape[3]  # q: [B, q_len, Hq, D]
         a.q, a.out = q.data_ptr(), out.data_ptr()
         a.k_pages, a.v_pages = kp.data_ptr(), vp.data_ptr()
         a.num_pages, a.page_size = kp.shape[0], kp.shape[1]
         a.page_table, a.max_pages_per_seq = table.data_ptr(), table.shape[1]
         a.seq_lens, a.batch, a.max_seq_len = lens.data_ptr(), q.shape[0], L
-        a.num_heads_q, a.num_heads_kv = q.shape[1], hkv
+        a.num_heads_q, a.num_heads_kv, a.q_len = q.shape[2], hkv, q.shape[1]
         a.flat_lambda = lam
         a.force_kernel = force
         a.stats = stats.data_ptr() if stats is not None else None
@@ -122,30 +130,42 @@ def main():
     p.add_argument("--splits", type=int, nargs="*", default=[],
                    help="also time dense and skip arms with these split counts (default: the "
                         "library's automatic choice only)")
+    p.add_argument("--q-len", type=int, default=1,
+                   help="new tokens per sequence (speculative verification): 1..16, with q_len x "
+                        "heads-q / heads-kv <= 16")
     p.add_argument("--json")
     args = p.parse_args()
 
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
-    hq, hkv, d, ps = args.heads_q, args.heads_kv, args.head_dim, args.page_size
+    hq, hkv, d, ps, lq = args.heads_q, args.heads_kv, args.head_dim, args.page_size, args.q_len
     g = hq // hkv
+    # The kernel's limit: a GQA group's q_len x G query rows are the 16 rows of one MMA.
+    if not 1 <= lq <= 16 or lq * g > 16:
+        p.error(f"--q-len {lq}: q_len must lie in [1, 16] and q_len x (heads-q / heads-kv) = "
+                f"{lq} x {g} = {lq * g} must not exceed 16")
+    configs = [tuple(int(x) for x in cfg.split("x")) for cfg in args.configs]
+    if any(L < lq for _, L in configs):
+        p.error(f"--q-len {lq}: every length in --configs must hold the {lq} new tokens")
     ours = Ours(args.lib)
     gen = torch.Generator(device="cuda").manual_seed(0)
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
     copy_bps = copy_bandwidth()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
           f"{torch.backends.cudnn.version()}; device-to-device copy {copy_bps / 1e12:.2f} TB/s "
-          f"(read + write); {args.dtype}, Hq={hq} Hkv={hkv} D={d}, pages of {ps}")
+          f"(read + write); {args.dtype}, Hq={hq} Hkv={hkv} D={d}, pages of {ps}"
+          + (f", q_len {lq}" if lq > 1 else ""))
     print(f"{'batch':>5} {'length':>7} {'arm':<36} {'us':>9} {'TB/s':>6} {'of copy':>8} "
           f"{'sparsity':>9} {'vs cuDNN':>9} {'vs dense':>9} {'err':>9}")
-    rows = []
-    for cfg in args.configs:
-        B, L = (int(x) for x in cfg.split("x"))
+    rows, unavailable = [], []
+    for B, L in configs:
         pages_per_seq = (L + ps - 1) // ps
         n_pages = B * pages_per_seq
         positions = torch.arange(L, device="cuda").repeat(B)
         k = structured(positions, hkv, d, "k", gen).to(dtype)  # [B * L, Hkv, D]
         v = structured(positions, hkv, d, "v", gen).to(dtype)
-        q = structured(torch.full((B,), L - 1, device="cuda"), hq, d, "q", gen).to(dtype)
+        # The new tokens are the cache's last q_len: token i of each sequence at L - q_len + i.
+        q = structured(torch.arange(L - lq, L, device="cuda").repeat(B), hq, d, "q", gen)
+        q = q.to(dtype).view(B, lq, hq, d)
         # Pages: sequence b's page j holds tokens [j ps, (j + 1) ps), stored at a shuffled slot.
         perm = torch.randperm(n_pages, device="cuda", generator=gen)
         kp = torch.empty(n_pages, ps, hkv, d, dtype=dtype, device="cuda")
@@ -156,27 +176,52 @@ def main():
         lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
         ks = k.view(B, L, hkv, d).transpose(1, 2).contiguous()  # SDPA's own contiguous copy
         vs = v.view(B, L, hkv, d).transpose(1, 2).contiguous()
-        qs = q.view(B, hkv, g, d)
+        # Row r of a group: token r // G, head r % G (a view when q_len is 1).
+        qs = q.view(B, lq, hkv, g, d).transpose(1, 2).reshape(B, hkv, lq * g, d)
         del k, v
         out = torch.empty_like(q)
         stats = torch.zeros(B, 2, dtype=torch.int64, device="cuda")
-        kv_bytes = 2 * B * L * hkv * d * 2
+        kv_bytes = 2 * B * L * hkv * d * 2  # the q_len new tokens are among the L
+
+        def packed(res):  # [B, Hkv, q_len G, D] -> our [B, q_len, Hq, D]
+            return res.view(B, hkv, lq, g, d).transpose(1, 2).reshape(B, lq, hq, d)
+        if lq == 1:  # every row sees every key: no mask, both backends take the packed rows
+            sdpa_inputs = [(qs, {}, packed)] * 2
+        else:
+            # A packed row needs its token's causal limit, L - q_len + r // G: no causal flag says
+            # that, a bias does. cuDNN's is_causal is top-left; the bias is built once (a bool
+            # mask is converted on every call), -65504 rather than -inf as torch does for cuDNN.
+            last = L - lq + torch.arange(lq * g, device="cuda") // g
+            bias = torch.zeros(lq * g, L, dtype=dtype, device="cuda").masked_fill_(
+                torch.arange(L, device="cuda") > last[:, None], -65504.0)
+            # FlashAttention takes no mask but has the bottom-right causal: one query head a row
+            # block, so it reads K/V per query head.
+            sdpa_inputs = [(qs, {"attn_mask": bias}, packed),
+                           (q.transpose(1, 2), {"attn_mask": causal_lower_right(lq, L),
+                                                "enable_gqa": True},
+                            lambda res: res.transpose(1, 2).reshape(B, lq, hq, d))]
 
         arms = []  # (name, fn, sparsity, error against cuDNN, is_ours_dense)
         ref = None
-        for name, backend in (("cuDNN (SDPA)", SDPBackend.CUDNN_ATTENTION),
-                              ("FlashAttention-2 (SDPA)", SDPBackend.FLASH_ATTENTION)):
-            def fn(backend=backend):
+        for (name, backend), (qx, kw, unpack) in zip(
+                (("cuDNN (SDPA)", SDPBackend.CUDNN_ATTENTION),
+                 ("FlashAttention-2 (SDPA)", SDPBackend.FLASH_ATTENTION)), sdpa_inputs):
+            def fn(backend=backend, qx=qx, kw=kw):
                 with sdpa_kernel(backend):
-                    return F.scaled_dot_product_attention(qs, ks, vs)
+                    return F.scaled_dot_product_attention(qx, ks, vs, **kw)
             try:
-                res = fn()
+                res = unpack(fn())
             except RuntimeError as e:
-                print(f"{B:>5} {L:>7} {name:<36} unavailable: {str(e).splitlines()[0][:60]}")
+                reason = str(e).splitlines()[0]
+                print(f"{B:>5} {L:>7} {name:<36} unavailable: {reason[:60]}")
+                unavailable.append({"batch": B, "length": L, "arm": name, "reason": reason})
                 continue
+            err = None
             if ref is None:
-                ref = res.reshape(B, hq, d)
-            arms.append((name, fn, 0.0, None))
+                ref = res
+            elif lq > 1:  # the two arms mask differently: check the second against the first
+                err = rel_l2(res, ref)
+            arms.append((name, fn, 0.0, err))
 
         keep = []  # workspaces alive while their arms run
 
@@ -216,7 +261,7 @@ def main():
             print(f"{B:>5} {L:>7} {name:<36} {ms * 1e3:>9.1f} {bps / 1e12:>6.2f} "
                   f"{bps / copy_bps:>7.1%} {100 * sparsity:>8.1f}% {ratio:>8.3f}x "
                   f"{dense_ms / ms:>8.3f}x {err_s:>9}")
-            rows.append({"batch": B, "length": L, "arm": name, "ms": ms,
+            rows.append({"batch": B, "length": L, "q_len": lq, "arm": name, "ms": ms,
                          "kv_bytes_per_s": bps, "fraction_of_copy": bps / copy_bps,
                          "tile_sparsity": sparsity, "speedup_vs_cudnn": ratio,
                          "speedup_vs_ours_dense": dense_ms / ms, "rel_l2_vs_cudnn": err})
@@ -226,10 +271,20 @@ def main():
         doc = {"command": " ".join(sys.argv), "git_revision": args.git_revision,
                "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                "cudnn": torch.backends.cudnn.version(), "dtype": args.dtype,
-               "heads_q": hq, "heads_kv": hkv, "head_dim": d, "page_size": ps,
+               "heads_q": hq, "heads_kv": hkv, "head_dim": d, "page_size": ps, "q_len": lq,
                "copy_bytes_per_s": copy_bps,
-               "inputs": "synthetic real-structure (sink 12, band 8, far field 0.75), query at "
-                         "the last position",
+               "inputs": "synthetic real-structure (sink 12, band 8, far field 0.75), " +
+                         ("query at the last position" if lq == 1 else
+                          f"queries at the last {lq} positions, causal among them"),
+               "kv_bytes": "K and V read once: 2 x batch x length x heads_kv x head_dim x 2 "
+                           "(the q_len new tokens are among the length; q and out not counted)",
+               "sdpa_inputs": "K/V [B, Hkv, L, D]; q rows of a GQA group packed token-major "
+                              "[B, Hkv, q_len G, D]" +
+                              ("" if lq == 1 else
+                               "; cuDNN: additive [q_len G, L] causal bias; FlashAttention: "
+                               "[B, Hq, q_len, D], enable_gqa, causal_lower_right (K/V read per "
+                               "query head)"),
+               "unavailable": unavailable,
                "timing": f"median of {args.iters * args.rounds} event-timed calls per arm after "
                          f"an L2 flush each, arms interleaved over {args.rounds} rounds, after "
                          f"{args.warmup} warm-up calls",

@@ -77,6 +77,14 @@ inline constexpr bool kPingPong = SKIPSOFTMAX_PINGPONG;
 // later and P V waits for it, which costs more than the bytes save, so it is off by default.
 inline constexpr bool kDropSkippedV = SKIPSOFTMAX_PREFILL_DROP_V;
 
+#ifndef SKIPSOFTMAX_PREFILL_TRACE
+#define SKIPSOFTMAX_PREFILL_TRACE 0
+#endif
+// Profiling aid: the first consumer thread of each warpgroup of the first CTAs of head 0 adds the
+// SM cycles of each phase of the main loop and prints the sums when the CTA ends.
+inline constexpr bool kTrace = SKIPSOFTMAX_PREFILL_TRACE;
+inline constexpr int kTracePhases = 9;
+
 // Named barrier ids: 0 is __syncthreads. Per consumer warpgroup: one for its vote and one for its
 // turn at issuing matrix products.
 enum BarrierId { kVoteBarrier = 1, kTurnBarrier = 3 };
@@ -232,6 +240,17 @@ struct Consumer {
   float m[2] = {kNegInf, kNegInf};
   float l[2] = {0.f, 0.f};
   std::uint32_t pa[kN / 16][4];  // P as wgmma A fragments, one group per 16 keys
+  long long trace[kTracePhases] = {};
+  long long trace_last = 0;
+
+  // Adds the cycles since the previous mark to phase `phase` (kTrace only).
+  __device__ __forceinline__ void mark(int phase) {
+    if constexpr (kTrace) {
+      const long long now = clock64();
+      trace[phase] += now - trace_last;
+      trace_last = now;
+    }
+  }
 
   // Descriptors of the k-th 16-wide step of each operand: a base descriptor plus a byte offset
   // (in 16-byte units in the low bits). Q and K are K-major: a step of 16 elements moves 32 bytes
@@ -249,11 +268,13 @@ struct Consumer {
     const std::uint64_t dq =
         hopper::make_smem_desc(s.q + wg * Cfg::kRowsPerWarpgroup * Cfg::kBoxCols, 16, 1024);
     const std::uint64_t dk = hopper::make_smem_desc(s.k[stage], 16, 1024);
-    hopper::fence_registers(sc);
+    // The first product overwrites sc and does not read it (no fence before it either), so that
+    // the old scores need not stay alive until the next tile's Q K^T is issued.
     hopper::wgmma_fence();
+    hopper::Wgmma<kBf16, kN>::ss_first(sc, dq + q_step(0), dk + k_step(0));
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      hopper::Wgmma<kBf16, kN>::ss(sc, dq + q_step(kk), dk + k_step(kk), kk > 0);
+    for (int kk = 1; kk < kHeadDim / 16; ++kk) {
+      hopper::Wgmma<kBf16, kN>::ss(sc, dq + q_step(kk), dk + k_step(kk), 1);
     }
     hopper::wgmma_commit();
     hopper::fence_registers(sc);
@@ -401,18 +422,23 @@ struct Consumer {
     // A sequence guarded to lambda = 0 runs the very loop of the dense kernel: bit-identical
     // output, and no cost for the vote it does not take.
     int skipped = 0;
-    if constexpr (kSkip) {
-      if (w.voting) {
-        skipped = mainloop<true>();
-      } else {
-        mainloop<false>();
-      }
+    if (kSkip && w.voting) {
+      skipped = vote_loop();
     } else {
-      mainloop<false>();
+      mainloop();
+      // Warpgroup 1 handed warpgroup 0 one turn more than it took (the first): take it back, so
+      // that every arrival on a turn barrier meets its sync.
+      if (kPingPong && wg == 0) hopper::named_barrier_sync(kTurnBarrier, 256);
     }
-    // Warpgroup 1 handed warpgroup 0 one turn more than it took (the first): take it back, so
-    // that every arrival on a turn barrier meets its sync.
-    if (kPingPong && wg == 0) hopper::named_barrier_sync(kTurnBarrier, 256);
+    if constexpr (kTrace) {
+      mark(8);
+      if (tid == 0 && blockIdx.x < 4 && blockIdx.y == 0 && blockIdx.z == 0) {
+        printf("trace wg %d m_block %d voting %d tiles %d skipped %d kwait %lld turn %lld issue %lld "
+               "qk %lld max %lld vote %lld softmax %lld pvwait %lld tail %lld\n",
+               wg, w.m_block, int(w.voting), w.n_tiles, skipped, trace[0], trace[1], trace[2],
+               trace[3], trace[4], trace[5], trace[6], trace[7], trace[8]);
+      }
+    }
 
     if constexpr (kSkip) {
       if (p.stats != nullptr && tid == 0) {
@@ -435,29 +461,26 @@ struct Consumer {
     return min(w.n_tiles, (keys + kN - 1) / kN);
   }
 
-  // Each tile's Q K^T is issued with the previous tile's P V, so that the softmax of one overlaps
-  // the matrix products of the other. Every iteration commits two groups (the second empty when
-  // there is no P V to run) so that the waits are the same on every path: ptxas serializes wgmma
-  // when it cannot prove that registers an in-flight wgmma uses are left alone.
-  // kVote: take the skip vote on every tile. Returns the number of visible tiles skipped.
-  template <bool kVote>
-  __device__ int mainloop() {
+  // The dense loop. Each tile's Q K^T is issued with the previous tile's P V, so that the softmax
+  // of one overlaps the matrix products of the other. Every iteration commits two groups (the
+  // second empty when there is no P V to run) so that the waits are the same on every path: ptxas
+  // serializes wgmma when it cannot prove that registers an in-flight wgmma uses are left alone.
+  __device__ void mainloop() {
     using namespace hopper;
-    int skipped = 0;
     float sc[kN / 2];
     bool pending_pv = false;  // P of the previous tile waits in pa for its P V
     int pending_stage = 0, pending_tile = 0;
-    // Bit per V stage: this warpgroup skipped the stage's last tile and has neither observed its
-    // full phase nor released it. Settled just before voting on the next tile of that stage, so
-    // that no V barrier ever runs two phases ahead of a waiter (parity waits would alias).
-    [[maybe_unused]] unsigned owed = 0;
+    if constexpr (kTrace) trace_last = clock64();
     for (int pos = 0; pos < w.n_tiles; ++pos) {
       const int k_stage = pos % Cfg::kStagesK;
       const int v_stage = pos % Cfg::kStagesV;
       const int tile = w.first_tile + kv_tile_at(p.kv_order, pos, w.n_tiles);
 
+      mark(8);
       mbar_wait(&s.full_k[k_stage], (pos / Cfg::kStagesK) & 1);
+      mark(0);
       if (kPingPong) named_barrier_sync(kTurnBarrier + wg, 256);
+      mark(1);
       issue_qk(sc, k_stage);
       if (pending_pv) {
         mbar_wait(&s.full_v[pending_stage], ((pos - 1) / Cfg::kStagesV) & 1);
@@ -466,51 +489,25 @@ struct Consumer {
       }
       wgmma_commit();
       if (kPingPong) named_barrier_arrive(kTurnBarrier + (1 - wg), 256);
+      mark(2);
       wgmma_wait<1>();
       fence_registers(sc);
       release(&s.empty_k[k_stage]);
+      mark(3);
 
       float mx[2];
       mask_and_max(sc, tile, tile_needs_mask(tile), mx);
-      bool skip = false;
-      if constexpr (kVote) {
-        skip = vote_skip(mx);
-        if constexpr (kDropSkippedV) {
-          if (owed & (1u << v_stage)) {
-            mbar_wait(&s.full_v[v_stage], ((pos - Cfg::kStagesV) / Cfg::kStagesV) & 1);
-            release(&s.empty_v[v_stage]);
-            owed &= ~(1u << v_stage);
-          }
-          // Publish the verdict: the producer loads this tile's V only if a warpgroup needs it.
-          if (tid == 0) {
-            const int slot = pos % Cfg::kStagesK;
-            s.verdict[slot][wg] = skip;
-            mbar_arrive(&s.voted[slot]);
-          }
-        }
-        // Tiles no row of this warpgroup can see are not visited in the reference's sense.
-        skipped += skip && tile_visible(tile);
-      }
-      float corr[2] = {1.f, 1.f};
-      if (!skip) softmax(sc, mx, corr);
+      mark(4);
+      float corr[2];
+      softmax(sc, mx, corr);
+      mark(6);
 
       // The previous P V must finish before O is rescaled and pa is overwritten.
       wgmma_wait<0>();
       fence_registers(o);
       fence_registers(pa);
+      mark(7);
       if (pending_pv) release(&s.empty_v[pending_stage]);
-      if (skip) {
-        // This warpgroup never reads the V of a skipped tile. With dropped loads the stage is
-        // released when the next tile of the stage is voted on; otherwise once its copy landed.
-        if constexpr (kDropSkippedV) {
-          owed |= 1u << v_stage;
-        } else {
-          mbar_wait(&s.full_v[v_stage], (pos / Cfg::kStagesV) & 1);
-          release(&s.empty_v[v_stage]);
-        }
-        pending_pv = false;
-        continue;
-      }
       rescale_o(corr);
       convert_p(sc);
       pending_pv = true;
@@ -526,7 +523,118 @@ struct Consumer {
       fence_registers(o);
       release(&s.empty_v[pending_stage]);
     }
+  }
+
+  // The voting loop (skip kernels, lambda > 0). It issues the next tile's Q K^T before voting on
+  // this one, so that the vote, and on a kept tile the softmax, run while the tensor cores compute
+  // the next scores: a skipped tile costs little more than its Q K^T. The two score tiles take
+  // turns (cur / next, the loop unrolled by two). A kept tile's P V is issued once the next scores
+  // have landed and is waited for in its iteration: P, O and two score tiles would not fit in 240
+  // registers. The warpgroups do not take turns here; the other one's products fill the tensor
+  // cores while this one waits.
+  // Returns the number of visible tiles skipped.
+  __device__ int vote_loop() {
+    using namespace hopper;
+    float sa[kN / 2], sb[kN / 2];
+    int skipped = 0;
+    // Bit per V stage: this warpgroup skipped the stage's last tile and has neither observed its
+    // full phase nor released it (dropped V loads only). Settled just before voting on the next
+    // tile of that stage, so that no V barrier ever runs two phases ahead of a waiter.
+    unsigned owed = 0;
+    if constexpr (kTrace) trace_last = clock64();
+    mbar_wait(&s.full_k[0], 0);
+    issue_qk(sa, 0);
+    wgmma_wait<0>();
+    fence_registers(sa);
+    release(&s.empty_k[0]);
+    // Whether a step issues the next Q K^T is a compile-time choice: a data-dependent one merges
+    // two definitions of the score registers, and the copies that reconciles them make ptxas
+    // serialize every wgmma of the kernel (C7515).
+    int pos = 0;
+    for (; pos + 2 < w.n_tiles; pos += 2) {
+      skipped += vote_step<true>(sa, sb, pos, owed);
+      skipped += vote_step<true>(sb, sa, pos + 1, owed);
+    }
+    if (pos + 1 < w.n_tiles) {
+      skipped += vote_step<true>(sa, sb, pos, owed);
+      skipped += vote_step<false>(sb, sa, pos + 1, owed);
+    } else {
+      skipped += vote_step<false>(sa, sb, pos, owed);
+    }
     return skipped;
+  }
+
+  // One tile of the voting loop: `cur` holds its raw scores; the next tile's go into `next`
+  // (kMore: there is a next tile). Returns 1 when the tile is visible to this warpgroup and
+  // skipped.
+  template <bool kMore>
+  __device__ __forceinline__ int vote_step(float (&cur)[kN / 2], float (&next)[kN / 2], int pos,
+                                           unsigned& owed) {
+    using namespace hopper;
+    const int v_stage = pos % Cfg::kStagesV;
+    const int tile = w.first_tile + kv_tile_at(p.kv_order, pos, w.n_tiles);
+    const int next_k_stage = (pos + 1) % Cfg::kStagesK;
+    mark(8);
+    if constexpr (kMore) {
+      mbar_wait(&s.full_k[next_k_stage], ((pos + 1) / Cfg::kStagesK) & 1);
+      mark(0);
+      issue_qk(next, next_k_stage);
+      mark(2);
+    }
+
+    float mx[2];
+    mask_and_max(cur, tile, tile_needs_mask(tile), mx);
+    mark(4);
+    const bool skip = vote_skip(mx);
+    if constexpr (kDropSkippedV) {
+      if (owed & (1u << v_stage)) {
+        mbar_wait(&s.full_v[v_stage], ((pos - Cfg::kStagesV) / Cfg::kStagesV) & 1);
+        release(&s.empty_v[v_stage]);
+        owed &= ~(1u << v_stage);
+      }
+      // Publish the verdict: the producer loads this tile's V only if a warpgroup needs it.
+      if (tid == 0) {
+        const int slot = pos % Cfg::kStagesK;
+        s.verdict[slot][wg] = skip;
+        mbar_arrive(&s.voted[slot]);
+      }
+    }
+    mark(5);
+    float corr[2];
+    if (skip) {
+      // This warpgroup never reads the V of a skipped tile. With dropped loads the stage is
+      // released when the next tile of the stage is voted on; otherwise once its copy landed.
+      if constexpr (kDropSkippedV) {
+        owed |= 1u << v_stage;
+      } else {
+        mbar_wait(&s.full_v[v_stage], (pos / Cfg::kStagesV) & 1);
+        release(&s.empty_v[v_stage]);
+      }
+    } else {
+      softmax(cur, mx, corr);
+      mark(6);
+    }
+    // The next scores must land before O is rescaled: ptxas serializes wgmma when registers of
+    // a product issued in the same pipeline stage are written while another one is in flight.
+    wgmma_wait<0>();
+    fence_registers(next);
+    mark(3);
+    if (kMore) release(&s.empty_k[next_k_stage]);
+    if (!skip) {
+      rescale_o(corr);
+      convert_p(cur);
+      mbar_wait(&s.full_v[v_stage], (pos / Cfg::kStagesV) & 1);
+      zero_v_tail(v_stage, tile);
+      issue_pv(v_stage);
+      wgmma_commit();
+      mark(2);
+      wgmma_wait<0>();
+      fence_registers(o);
+      fence_registers(pa);
+      mark(7);
+      release(&s.empty_v[v_stage]);
+    }
+    return skip && tile_visible(tile) ? 1 : 0;
   }
 
   __device__ void store_output() {
@@ -592,7 +700,10 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim>::kThreads, 1)
     c.wg = warpgroup - 1;
     c.tid = threadIdx.x % 128;
     // Warpgroup 0 issues first: give it the turn the other would have handed over.
-    if (kPingPong && c.wg == 1) named_barrier_arrive(kTurnBarrier + 0, 256);
+    // Voting CTAs do not take turns.
+    if (kPingPong && c.wg == 1 && !(kSkip && w.voting)) {
+      named_barrier_arrive(kTurnBarrier + 0, 256);
+    }
     c.run();
   }
 }
