@@ -426,10 +426,10 @@ struct Consumer {
       skipped = vote_loop();
     } else {
       mainloop();
-      // Warpgroup 1 handed warpgroup 0 one turn more than it took (the first): take it back, so
-      // that every arrival on a turn barrier meets its sync.
-      if (kPingPong && wg == 0) hopper::named_barrier_sync(kTurnBarrier, 256);
     }
+    // Warpgroup 1 handed warpgroup 0 one turn more than it took (the first): take it back, so
+    // that every arrival on a turn barrier meets its sync.
+    if (kPingPong && wg == 0) hopper::named_barrier_sync(kTurnBarrier, 256);
     if constexpr (kTrace) {
       mark(8);
       if (tid == 0 && blockIdx.x < 4 && blockIdx.y == 0 && blockIdx.z == 0) {
@@ -530,8 +530,9 @@ struct Consumer {
   // the next scores: a skipped tile costs little more than its Q K^T. The two score tiles take
   // turns (cur / next, the loop unrolled by two). A kept tile's P V is issued once the next scores
   // have landed and is waited for in its iteration: P, O and two score tiles would not fit in 240
-  // registers. The warpgroups do not take turns here; the other one's products fill the tensor
-  // cores while this one waits.
+  // registers. The warpgroups take turns at issuing Q K^T: a warp issuing wgmma stalls until the
+  // tensor cores accept each product, so two warpgroups issuing at once would both stall and
+  // then vote at once, leaving the tensor cores idle.
   // Returns the number of visible tiles skipped.
   __device__ int vote_loop() {
     using namespace hopper;
@@ -578,7 +579,10 @@ struct Consumer {
     if constexpr (kMore) {
       mbar_wait(&s.full_k[next_k_stage], ((pos + 1) / Cfg::kStagesK) & 1);
       mark(0);
+      if (kPingPong) named_barrier_sync(kTurnBarrier + wg, 256);
+      mark(1);
       issue_qk(next, next_k_stage);
+      if (kPingPong) named_barrier_arrive(kTurnBarrier + (1 - wg), 256);
       mark(2);
     }
 
@@ -700,10 +704,7 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim>::kThreads, 1)
     c.wg = warpgroup - 1;
     c.tid = threadIdx.x % 128;
     // Warpgroup 0 issues first: give it the turn the other would have handed over.
-    // Voting CTAs do not take turns.
-    if (kPingPong && c.wg == 1 && !(kSkip && w.voting)) {
-      named_barrier_arrive(kTurnBarrier + 0, 256);
-    }
+    if (kPingPong && c.wg == 1) named_barrier_arrive(kTurnBarrier + 0, 256);
     c.run();
   }
 }
