@@ -77,14 +77,6 @@ inline constexpr bool kPingPong = SKIPSOFTMAX_PINGPONG;
 // later and P V waits for it, which costs more than the bytes save, so it is off by default.
 inline constexpr bool kDropSkippedV = SKIPSOFTMAX_PREFILL_DROP_V;
 
-#ifndef SKIPSOFTMAX_PREFILL_TRACE
-#define SKIPSOFTMAX_PREFILL_TRACE 0
-#endif
-// Profiling aid: the first consumer thread of each warpgroup of the first CTAs of head 0 adds the
-// SM cycles of each phase of the main loop and prints the sums when the CTA ends.
-inline constexpr bool kTrace = SKIPSOFTMAX_PREFILL_TRACE;
-inline constexpr int kTracePhases = 9;
-
 // Named barrier ids: 0 is __syncthreads. Per consumer warpgroup: one for its vote and one for its
 // turn at issuing matrix products.
 enum BarrierId { kVoteBarrier = 1, kTurnBarrier = 3 };
@@ -240,17 +232,6 @@ struct Consumer {
   float m[2] = {kNegInf, kNegInf};
   float l[2] = {0.f, 0.f};
   std::uint32_t pa[kN / 16][4];  // P as wgmma A fragments, one group per 16 keys
-  long long trace[kTracePhases] = {};
-  long long trace_last = 0;
-
-  // Adds the cycles since the previous mark to phase `phase` (kTrace only).
-  __device__ __forceinline__ void mark(int phase) {
-    if constexpr (kTrace) {
-      const long long now = clock64();
-      trace[phase] += now - trace_last;
-      trace_last = now;
-    }
-  }
 
   // Descriptors of the k-th 16-wide step of each operand: a base descriptor plus a byte offset
   // (in 16-byte units in the low bits). Q and K are K-major: a step of 16 elements moves 32 bytes
@@ -430,15 +411,6 @@ struct Consumer {
     // Warpgroup 1 handed warpgroup 0 one turn more than it took (the first): take it back, so
     // that every arrival on a turn barrier meets its sync.
     if (kPingPong && wg == 0) hopper::named_barrier_sync(kTurnBarrier, 256);
-    if constexpr (kTrace) {
-      mark(8);
-      if (tid == 0 && blockIdx.x < 4 && blockIdx.y == 0 && blockIdx.z == 0) {
-        printf("trace wg %d m_block %d voting %d tiles %d skipped %d kwait %lld turn %lld issue %lld "
-               "qk %lld max %lld vote %lld softmax %lld pvwait %lld tail %lld\n",
-               wg, w.m_block, int(w.voting), w.n_tiles, skipped, trace[0], trace[1], trace[2],
-               trace[3], trace[4], trace[5], trace[6], trace[7], trace[8]);
-      }
-    }
 
     if constexpr (kSkip) {
       if (p.stats != nullptr && tid == 0) {
@@ -470,17 +442,13 @@ struct Consumer {
     float sc[kN / 2];
     bool pending_pv = false;  // P of the previous tile waits in pa for its P V
     int pending_stage = 0, pending_tile = 0;
-    if constexpr (kTrace) trace_last = clock64();
     for (int pos = 0; pos < w.n_tiles; ++pos) {
       const int k_stage = pos % Cfg::kStagesK;
       const int v_stage = pos % Cfg::kStagesV;
       const int tile = w.first_tile + kv_tile_at(p.kv_order, pos, w.n_tiles);
 
-      mark(8);
       mbar_wait(&s.full_k[k_stage], (pos / Cfg::kStagesK) & 1);
-      mark(0);
       if (kPingPong) named_barrier_sync(kTurnBarrier + wg, 256);
-      mark(1);
       issue_qk(sc, k_stage);
       if (pending_pv) {
         mbar_wait(&s.full_v[pending_stage], ((pos - 1) / Cfg::kStagesV) & 1);
@@ -489,24 +457,19 @@ struct Consumer {
       }
       wgmma_commit();
       if (kPingPong) named_barrier_arrive(kTurnBarrier + (1 - wg), 256);
-      mark(2);
       wgmma_wait<1>();
       fence_registers(sc);
       release(&s.empty_k[k_stage]);
-      mark(3);
 
       float mx[2];
       mask_and_max(sc, tile, tile_needs_mask(tile), mx);
-      mark(4);
       float corr[2];
       softmax(sc, mx, corr);
-      mark(6);
 
       // The previous P V must finish before O is rescaled and pa is overwritten.
       wgmma_wait<0>();
       fence_registers(o);
       fence_registers(pa);
-      mark(7);
       if (pending_pv) release(&s.empty_v[pending_stage]);
       rescale_o(corr);
       convert_p(sc);
@@ -542,7 +505,6 @@ struct Consumer {
     // full phase nor released it (dropped V loads only). Settled just before voting on the next
     // tile of that stage, so that no V barrier ever runs two phases ahead of a waiter.
     unsigned owed = 0;
-    if constexpr (kTrace) trace_last = clock64();
     mbar_wait(&s.full_k[0], 0);
     issue_qk(sa, 0);
     wgmma_wait<0>();
@@ -575,20 +537,15 @@ struct Consumer {
     const int v_stage = pos % Cfg::kStagesV;
     const int tile = w.first_tile + kv_tile_at(p.kv_order, pos, w.n_tiles);
     const int next_k_stage = (pos + 1) % Cfg::kStagesK;
-    mark(8);
     if constexpr (kMore) {
       mbar_wait(&s.full_k[next_k_stage], ((pos + 1) / Cfg::kStagesK) & 1);
-      mark(0);
       if (kPingPong) named_barrier_sync(kTurnBarrier + wg, 256);
-      mark(1);
       issue_qk(next, next_k_stage);
       if (kPingPong) named_barrier_arrive(kTurnBarrier + (1 - wg), 256);
-      mark(2);
     }
 
     float mx[2];
     mask_and_max(cur, tile, tile_needs_mask(tile), mx);
-    mark(4);
     const bool skip = vote_skip(mx);
     if constexpr (kDropSkippedV) {
       if (owed & (1u << v_stage)) {
@@ -603,7 +560,6 @@ struct Consumer {
         mbar_arrive(&s.voted[slot]);
       }
     }
-    mark(5);
     float corr[2];
     if (skip) {
       // This warpgroup never reads the V of a skipped tile. With dropped loads the stage is
@@ -616,13 +572,11 @@ struct Consumer {
       }
     } else {
       softmax(cur, mx, corr);
-      mark(6);
     }
     // The next scores must land before O is rescaled: ptxas serializes wgmma when registers of
     // a product issued in the same pipeline stage are written while another one is in flight.
     wgmma_wait<0>();
     fence_registers(next);
-    mark(3);
     if (kMore) release(&s.empty_k[next_k_stage]);
     if (!skip) {
       rescale_o(corr);
@@ -631,11 +585,9 @@ struct Consumer {
       zero_v_tail(v_stage, tile);
       issue_pv(v_stage);
       wgmma_commit();
-      mark(2);
       wgmma_wait<0>();
       fence_registers(o);
       fence_registers(pa);
-      mark(7);
       release(&s.empty_v[v_stage]);
     }
     return skip && tile_visible(tile) ? 1 : 0;
