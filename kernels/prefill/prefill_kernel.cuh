@@ -273,19 +273,48 @@ struct Consumer {
     hopper::fence_registers(pa);
   }
 
+  // Per-warpgroup constants of the main loops, set once in run(): per tile they cost instructions
+  // the loops are short of.
+  int clear_lo = 0, clear_hi = 0;  // the tiles [clear_lo, clear_hi) need no mask
+  int order_first = 0, order_base = 0, order_step = 1;  // see tile_at
+  int n_visible = 0;                                    // visible_tiles()
+
+  __device__ void set_loop_constants() {
+    // tile_at(pos) == first_tile + kv_tile_at(order, pos, n_tiles), as a multiply-add.
+    const int n = w.n_tiles;
+    order_first = order_base = w.first_tile;
+    if (p.kv_order == 1) {  // reverse
+      order_first += n - 1;
+      order_base += n - 1;
+      order_step = -1;
+    } else if (p.kv_order == 2) {  // sink, then the diagonal backwards
+      order_base += n;
+      order_step = -1;
+    }
+    // A tile needs a mask when it reaches past the sequence ((t + 1) kN > kv_len), when some row
+    // of the warpgroup lies past the query chunk, past the causal diagonal of the first row
+    // ((t + 1) kN - 1 > kv_len - q_len + row_base) or before the window of the last row
+    // (t kN < kv_len - q_len + row_end - window).
+    const int row_end = row_base() + Cfg::kRowsPerWarpgroup;
+    if (row_end <= w.q_len) {
+      clear_hi = w.kv_len / kN;
+      if (kCausal) clear_hi = min(clear_hi, (w.kv_len - w.q_len + row_base() + 1) / kN);
+      if (kCausal && p.window > 0) {
+        const int first_clear_key = w.kv_len - w.q_len + row_end - p.window;
+        clear_lo = first_clear_key > 0 ? (first_clear_key + kN - 1) / kN : 0;
+      }
+    }
+    n_visible = visible_tiles();
+  }
+
+  __device__ int tile_at(int pos) const {
+    return pos == 0 ? order_first : order_base + order_step * pos;
+  }
   // Does some row of this warpgroup see a key of the tile (causal: bottom-right aligned)?
-  __device__ bool tile_visible(int tile) const { return tile < visible_tiles(); }
+  __device__ bool tile_visible(int tile) const { return tile < n_visible; }
   __device__ int row_base() const { return w.m_block * Cfg::kBlockM + wg * Cfg::kRowsPerWarpgroup; }
   // Does any element of this tile need masking for this warpgroup?
-  __device__ bool tile_needs_mask(int tile) const {
-    if ((tile + 1) * kN > w.kv_len) return true;
-    if (row_base() + Cfg::kRowsPerWarpgroup > w.q_len) return true;
-    if (kCausal && p.window > 0 &&
-        tile * kN < w.kv_len - w.q_len + row_base() + Cfg::kRowsPerWarpgroup - p.window) {
-      return true;
-    }
-    return kCausal && (tile + 1) * kN - 1 > w.kv_len - w.q_len + row_base();
-  }
+  __device__ bool tile_needs_mask(int tile) const { return tile < clear_lo || tile >= clear_hi; }
 
   // Masks S (raw scores) where needed and returns this thread's two raw row maxima. The softmax
   // scale is folded into the exponent later (one FFMA per score). kMasked is a template argument:
@@ -406,6 +435,7 @@ struct Consumer {
     const int warp = tid / 32, lane = tid % 32;
     row0 = row_base() + warp * 16 + lane / 4;
     wg_row_end = min(row_base() + Cfg::kRowsPerWarpgroup, w.q_len);
+    set_loop_constants();
 #pragma unroll
     for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
     hopper::mbar_wait(&s.full_q, 0);
@@ -424,7 +454,7 @@ struct Consumer {
 
     if constexpr (kSkip) {
       if (p.stats != nullptr && tid == 0) {
-        const int visited = visible_tiles();
+        const int visited = n_visible;
         if (visited > 0) {
           const int seq = blockIdx.z;
           atomicAdd(&p.stats[2 * seq], static_cast<unsigned long long>(visited));
@@ -455,7 +485,7 @@ struct Consumer {
     const int last = w.n_tiles - 1;
     const int stage = last % Cfg::kStagesV;
     mbar_wait(&s.full_v[stage], (last / Cfg::kStagesV) & 1);
-    zero_v_tail(stage, w.first_tile + kv_tile_at(p.kv_order, last, w.n_tiles));
+    zero_v_tail(stage, tile_at(last));
     issue_pv(stage);
     wgmma_commit();
     wgmma_wait<0>();
@@ -470,14 +500,14 @@ struct Consumer {
     using namespace hopper;
     const int k_stage = pos % Cfg::kStagesK;
     const int prev_stage = (pos + Cfg::kStagesV - 1) % Cfg::kStagesV;
-    const int tile = w.first_tile + kv_tile_at(p.kv_order, pos, w.n_tiles);
+    const int tile = tile_at(pos);
 
     mbar_wait(&s.full_k[k_stage], (pos / Cfg::kStagesK) & 1);
     if (kPingPong) named_barrier_sync(kTurnBarrier + wg, 256);
     issue_qk(sc, k_stage);
     if constexpr (!kFirst) {
       mbar_wait(&s.full_v[prev_stage], ((pos - 1) / Cfg::kStagesV) & 1);
-      zero_v_tail(prev_stage, w.first_tile + kv_tile_at(p.kv_order, pos - 1, w.n_tiles));
+      zero_v_tail(prev_stage, tile_at(pos - 1));
       issue_pv(prev_stage);
       wgmma_commit();
     }
@@ -548,7 +578,7 @@ struct Consumer {
                                            unsigned& owed) {
     using namespace hopper;
     const int v_stage = pos % Cfg::kStagesV;
-    const int tile = w.first_tile + kv_tile_at(p.kv_order, pos, w.n_tiles);
+    const int tile = tile_at(pos);
     const int next_k_stage = (pos + 1) % Cfg::kStagesK;
     if constexpr (kMore) {
       mbar_wait(&s.full_k[next_k_stage], ((pos + 1) / Cfg::kStagesK) & 1);
