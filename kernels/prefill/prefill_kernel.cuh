@@ -478,7 +478,7 @@ struct Consumer {
   // P V to issue): a data-dependent P V made ptxas commit a dummy product and wait for both.
   __device__ void mainloop() {
     using namespace hopper;
-    if (w.n_tiles == 0) return;
+    if (w.n_tiles == 0) return;  // only for inputs outside the contract (kv_len < q_len causal)
     float sc[kN / 2];
     dense_step<true>(sc, 0);
     for (int pos = 1; pos < w.n_tiles; ++pos) dense_step<false>(sc, pos);
@@ -548,6 +548,7 @@ struct Consumer {
     // full phase nor released it (dropped V loads only). Settled just before voting on the next
     // tile of that stage, so that no V barrier ever runs two phases ahead of a waiter.
     unsigned owed = 0;
+    if (w.n_tiles == 0) return 0;  // only for inputs outside the contract (kv_len < q_len causal)
     mbar_wait(&s.full_k[0], 0);
     issue_qk(sa, 0);
     wgmma_wait<0>();
