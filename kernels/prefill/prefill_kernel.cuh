@@ -76,6 +76,11 @@ inline constexpr bool kPingPong = SKIPSOFTMAX_PINGPONG;
 // both skip it. Measured on the H200 (docs/PERFORMANCE.md): the V load then starts a softmax
 // later and P V waits for it, which costs more than the bytes save, so it is off by default.
 inline constexpr bool kDropSkippedV = SKIPSOFTMAX_PREFILL_DROP_V;
+// The voting loop waits for the next tile's K before voting on this one, and a producer that
+// drops V loads waits for that vote before loading V: with one K stage that is a cycle
+// (tests/protocol/prefill_pipeline_model.py finds it).
+static_assert(!kDropSkippedV || TileConfig<128>::kStagesK >= 2,
+              "dropped V loads need at least 2 K stages");
 
 // Named barrier ids: 0 is __syncthreads. Per consumer warpgroup: one for its vote and one for its
 // turn at issuing matrix products.
@@ -249,8 +254,8 @@ struct Consumer {
     const std::uint64_t dq =
         hopper::make_smem_desc(s.q + wg * Cfg::kRowsPerWarpgroup * Cfg::kBoxCols, 16, 1024);
     const std::uint64_t dk = hopper::make_smem_desc(s.k[stage], 16, 1024);
-    // The first product overwrites sc and does not read it (no fence before it either), so that
-    // the old scores need not stay alive until the next tile's Q K^T is issued.
+    // The first product overwrites sc and does not read it (no register fence on sc before it
+    // either), so that the old scores need not stay alive until the next tile's Q K^T is issued.
     hopper::wgmma_fence();
     hopper::Wgmma<kBf16, kN>::ss_first(sc, dq + q_step(0), dk + k_step(0));
 #pragma unroll

@@ -5,13 +5,16 @@ The producer and the two consumer warpgroups are modelled as coroutines over mba
 hardware's parity-wait semantics (a wait for parity P returns once the barrier's current phase
 parity differs from P, so a waiter two phases behind is fooled), named turn barriers, and TMA
 copies that land after a random delay. Thousands of random interleavings, tile counts and skip
-patterns are run for the three main loops: dense, skip (V always loaded) and skip with dropped V
-loads. Fails on a deadlock, or when a consumer reads a K or V stage that does not hold its tile.
+patterns are run for the two main loops: the dense loop (pingpong turns, each tile's Q K^T issued
+with the previous tile's P V) and the voting loop (the next tile's K awaited before the vote on
+this one, a kept tile's P V finished in its own step, no turns), the latter with V always loaded
+and with dropped V loads, for 2, 3 and 4 K stages (SKIPSOFTMAX_K_STAGES; the kernel ships 3).
+Fails on a deadlock, or when a consumer reads a K or V stage that does not hold its tile.
 """
 import random
 import sys
 
-K_STAGES, V_STAGES = 3, 2
+V_STAGES = 2
 CONSUMER_WARPS = 8  # empty barriers count one arrival per consumer warp (4 per warpgroup)
 
 
@@ -41,7 +44,7 @@ class Barrier:
         return (self.phase & 1) != parity
 
 
-def simulate(n_tiles, seed, mode):
+def simulate(n_tiles, seed, mode, K_STAGES=3):
     rng = random.Random(seed)
     vote = mode != "dense"
     drop_v = mode == "skip-drop-v"
@@ -101,7 +104,48 @@ def simulate(n_tiles, seed, mode):
             yield from load_v(pos)
 
     def consumer(wg):
-        pending, pending_stage, owed = False, 0, 0
+        yield from (vote_loop(wg) if vote else dense_loop(wg))
+
+    def vote_loop(wg):
+        owed = 0
+        yield from wait(full_k[0], 0)
+        assert k_holds[0] == 0, f"K stage 0 holds {k_holds[0]}, not 0"
+        yield
+        empty_k[0].arrive(4)
+        for pos in range(n_tiles):
+            v_stage, more, next_stage = pos % V_STAGES, pos + 1 < n_tiles, (pos + 1) % K_STAGES
+            if more:  # the next tile's Q K^T is issued before the vote on this one
+                yield from wait(full_k[next_stage], ((pos + 1) // K_STAGES) & 1)
+                assert k_holds[next_stage] == pos + 1, \
+                    f"K stage {next_stage} holds {k_holds[next_stage]}, not {pos + 1}"
+            yield
+            skip = skips[wg][pos]
+            if drop_v:
+                if owed & (1 << v_stage):
+                    yield from wait(full_v[v_stage], ((pos - V_STAGES) // V_STAGES) & 1)
+                    empty_v[v_stage].arrive(4)
+                    owed &= ~(1 << v_stage)
+                slot = pos % K_STAGES
+                verdict[slot][wg] = skip
+                voted[slot].arrive()
+            if skip:
+                if drop_v:
+                    owed |= 1 << v_stage
+                else:
+                    yield from wait(full_v[v_stage], (pos // V_STAGES) & 1)
+                    empty_v[v_stage].arrive(4)
+            yield
+            if more:
+                empty_k[next_stage].arrive(4)
+            if not skip:  # P V of this tile, finished within the step
+                yield from wait(full_v[v_stage], (pos // V_STAGES) & 1)
+                assert v_holds[v_stage] == pos, \
+                    f"warpgroup {wg}: V stage {v_stage} holds {v_holds[v_stage]}, not {pos}"
+                yield
+                empty_v[v_stage].arrive(4)
+
+    def dense_loop(wg):
+        pending, pending_stage = False, 0
         if wg == 1:
             turn_arrive(0)
         for pos in range(n_tiles):
@@ -116,26 +160,9 @@ def simulate(n_tiles, seed, mode):
             turn_arrive(1 - wg)
             yield
             empty_k[k_stage].arrive(4)
-            skip = skips[wg][pos]
-            if drop_v:
-                if owed & (1 << v_stage):
-                    yield from wait(full_v[v_stage], ((pos - V_STAGES) // V_STAGES) & 1)
-                    empty_v[v_stage].arrive(4)
-                    owed &= ~(1 << v_stage)
-                slot = pos % K_STAGES
-                verdict[slot][wg] = skip
-                voted[slot].arrive()
             yield
             if pending:
                 empty_v[pending_stage].arrive(4)
-            if skip:
-                if drop_v:
-                    owed |= 1 << v_stage
-                else:
-                    yield from wait(full_v[v_stage], (pos // V_STAGES) & 1)
-                    empty_v[v_stage].arrive(4)
-                pending = False
-                continue
             pending, pending_stage = True, v_stage
         if pending:
             yield from wait(full_v[pending_stage], ((n_tiles - 1) // V_STAGES) & 1)
@@ -169,16 +196,18 @@ def simulate(n_tiles, seed, mode):
 
 
 def main():
-    failures = 0
-    for mode in ("dense", "skip", "skip-drop-v"):
-        for seed in range(2000):
-            n = random.Random(seed).randint(1, 12)
-            problem = simulate(n, seed, mode)
-            if problem:
-                failures += 1
-                if failures <= 5:
-                    print(f"{mode}, {n} tiles, seed {seed}: {problem}")
-    print(f"{failures} failures in {3 * 2000} random runs")
+    failures, runs = 0, 0
+    for k_stages in (2, 3, 4):
+        for mode in ("dense", "skip", "skip-drop-v"):
+            for seed in range(1000):
+                n = random.Random(seed).randint(1, 12)
+                problem = simulate(n, seed, mode, k_stages)
+                runs += 1
+                if problem:
+                    failures += 1
+                    if failures <= 5:
+                        print(f"{mode}, {k_stages} K stages, {n} tiles, seed {seed}: {problem}")
+    print(f"{failures} failures in {runs} random runs")
     return 1 if failures else 0
 
 
