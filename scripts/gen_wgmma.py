@@ -33,28 +33,22 @@ def wrapper(kind, n, dtype, ptx_type):
     cons = ",\n        ".join(
         ", ".join(f'"{constraint}"(d[{i}])' for i in range(j, min(j + 8, regs)))
         for j in range(0, regs, 8))
-    scale = True
-    if kind == "ss_first":
+    # ss_first: scale_d is 0, so it takes no argument.
+    scale = kind != "ss_first"
+    scale_input = '"r"(scale_d)' if scale else '"r"(0)'
+    if kind in ("ss", "ss_first"):
         a_operand = f"%{regs}"
         b_operand = f"%{regs + 1}"
         pred = regs + 2
         tail = "p, 1, 1, 0, 0"
-        inputs = '"l"(desc_a), "l"(desc_b), "r"(0)'
-        params = "std::uint64_t desc_a, std::uint64_t desc_b"
-        scale = False
-    elif kind == "ss":
-        a_operand = f"%{regs}"
-        b_operand = f"%{regs + 1}"
-        pred = regs + 2
-        tail = "p, 1, 1, 0, 0"
-        inputs = '"l"(desc_a), "l"(desc_b), "r"(scale_d)'
+        inputs = f'"l"(desc_a), "l"(desc_b), {scale_input}'
         params = "std::uint64_t desc_a, std::uint64_t desc_b"
     else:
         a_operand = "{" + ", ".join(f"%{regs + i}" for i in range(4)) + "}"
         b_operand = f"%{regs + 4}"
         pred = regs + 5
         tail = "p, 1, 1, 1"
-        inputs = ('"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d)')
+        inputs = f'"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), {scale_input}'
         params = "const std::uint32_t (&a)[4], std::uint64_t desc_b"
     signature_end = ",\n                                                     int scale_d) {" if scale else ") {"
     return f"""
