@@ -488,13 +488,21 @@ struct Consumer {
     dense_step<true>(sc, 0);
     for (int pos = 1; pos < w.n_tiles; ++pos) dense_step<false>(sc, pos);
     const int last = w.n_tiles - 1;
-    const int stage = last % Cfg::kStagesV;
-    mbar_wait(&s.full_v[stage], (last / Cfg::kStagesV) & 1);
-    zero_v_tail(stage, tile_at(last));
+    finish_pv(last, tile_at(last));
+  }
+
+  // P V of the tile at position `pos`, whose P waits in pa: issued once its V landed, waited for,
+  // and its V stage released.
+  __device__ __forceinline__ void finish_pv(int pos, int tile) {
+    using namespace hopper;
+    const int stage = pos % Cfg::kStagesV;
+    mbar_wait(&s.full_v[stage], (pos / Cfg::kStagesV) & 1);
+    zero_v_tail(stage, tile);
     issue_pv(stage);
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(o);
+    fence_registers(pa);
     release(&s.empty_v[stage]);
   }
 
@@ -628,14 +636,7 @@ struct Consumer {
     if (!skip) {
       rescale_o(corr);
       convert_p(cur);
-      mbar_wait(&s.full_v[v_stage], (pos / Cfg::kStagesV) & 1);
-      zero_v_tail(v_stage, tile);
-      issue_pv(v_stage);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_registers(o);
-      fence_registers(pa);
-      release(&s.empty_v[v_stage]);
+      finish_pv(pos, tile);
     }
     return skip && tile_visible(tile) ? 1 : 0;
   }
