@@ -76,11 +76,11 @@ inline constexpr bool kPingPong = SKIPSOFTMAX_PINGPONG;
 // both skip it. Measured on the H200 (docs/PERFORMANCE.md): the V load then starts a softmax
 // later and P V waits for it, which costs more than the bytes save, so it is off by default.
 inline constexpr bool kDropSkippedV = SKIPSOFTMAX_PREFILL_DROP_V;
-// The voting loop waits for the next tile's K before voting on this one, and a producer that
-// drops V loads waits for that vote before loading V: with one K stage that is a cycle
-// (tests/protocol/prefill_pipeline_model.py finds it).
-static_assert(!kDropSkippedV || TileConfig<128>::kStagesK >= 2,
-              "dropped V loads need at least 2 K stages");
+// The voting loop holds the next tile's K while it waits for the one after; a producer that
+// drops V loads also waits for the vote on a tile before loading that tile's V. With one K stage
+// both are cycles (tests/protocol/prefill_pipeline_model.py finds them).
+static_assert(TileConfig<128>::kStagesK >= 2 && TileConfig<256>::kStagesK >= 2,
+              "the voting loop needs at least 2 K stages");
 
 // Named barrier ids: 0 is __syncthreads. Per consumer warpgroup: one for its vote and one for its
 // turn at issuing matrix products.
@@ -545,13 +545,14 @@ struct Consumer {
     convert_p(sc);
   }
 
-  // The voting loop (skip kernels, lambda > 0). It issues the next tile's Q K^T before voting on
-  // this one, so that the vote, and on a kept tile the softmax, run while the tensor cores compute
-  // the next scores: a skipped tile costs little more than its Q K^T. The two score tiles take
-  // turns (cur / next, the loop unrolled by two). A kept tile's P V is issued once the next scores
-  // have landed and is waited for in its iteration: P, O and two score tiles would not fit in 240
-  // registers. The warpgroups do not take turns here: with pingpong the loop ran 1.5-3% slower
-  // (the dense loop keeps it, about 1% faster with it).
+  // The voting loop (skip kernels, lambda > 0). Two score tiles take turns (cur / next, the loop
+  // unrolled by two): while this warpgroup votes on one tile, the next tile's Q K^T is in flight.
+  // A skipped tile's scores are dead once voted on, so its registers at once receive the Q K^T of
+  // the tile after next: along a run of skipped tiles two Q K^T are in flight, and a skipped tile
+  // costs little more than its share of the tensor cores. A kept tile's P V is issued once the
+  // next scores have landed and is waited for in its step: P, O and two score tiles would not fit
+  // in 240 registers; the tile after next is issued after it. The warpgroups do not take turns
+  // here: with pingpong the loop ran 1.5-3% slower (the dense loop keeps it, about 1% faster).
   // Returns the number of visible tiles skipped.
   __device__ int vote_loop() {
     using namespace hopper;
@@ -561,43 +562,60 @@ struct Consumer {
     // full phase nor released it (dropped V loads only). Settled just before voting on the next
     // tile of that stage, so that no V barrier ever runs two phases ahead of a waiter.
     unsigned owed = 0;
-    if (w.n_tiles == 0) return 0;  // only for inputs outside the contract (kv_len < q_len causal)
-    mbar_wait(&s.full_k[0], 0);
-    issue_qk(sa, 0);
-    wgmma_wait<0>();
-    fence_registers(sa);
-    release(&s.empty_k[0]);
-    // Whether a step issues the next Q K^T is a compile-time choice: a data-dependent one merges
-    // two definitions of the score registers, and the copies that reconciles them make ptxas
-    // serialize every wgmma of the kernel (C7515).
-    int pos = 0;
-    for (; pos + 2 < w.n_tiles; pos += 2) {
-      skipped += vote_step<true>(sa, sb, pos, owed);
-      skipped += vote_step<true>(sb, sa, pos + 1, owed);
+    const int n = w.n_tiles;
+    if (n == 0) return 0;  // only for inputs outside the contract (kv_len < q_len causal)
+    issue_qk_at(sa, 0);
+    if (n == 1) {
+      land_qk<0>(sa, 0);
+      return vote_step<false, false>(sa, sb, 0, owed);
     }
-    if (pos + 1 < w.n_tiles) {
-      skipped += vote_step<true>(sa, sb, pos, owed);
-      skipped += vote_step<false>(sb, sa, pos + 1, owed);
+    issue_qk_at(sb, 1);
+    land_qk<1>(sa, 0);
+    // Whether a step has a next tile, and whether it issues the one after, are compile-time
+    // choices: a data-dependent one merges two definitions of the score registers, and the copies
+    // that reconcile them make ptxas serialize every wgmma of the kernel (C7515).
+    int pos = 0;
+    for (; pos + 3 < n; pos += 2) {
+      skipped += vote_step<true, true>(sa, sb, pos, owed);
+      skipped += vote_step<true, true>(sb, sa, pos + 1, owed);
+    }
+    if (pos + 3 == n) {
+      skipped += vote_step<true, true>(sa, sb, pos, owed);
+      skipped += vote_step<true, false>(sb, sa, pos + 1, owed);
+      skipped += vote_step<false, false>(sa, sb, pos + 2, owed);
     } else {
-      skipped += vote_step<false>(sa, sb, pos, owed);
+      skipped += vote_step<true, false>(sa, sb, pos, owed);
+      skipped += vote_step<false, false>(sb, sa, pos + 1, owed);
     }
     return skipped;
   }
 
-  // One tile of the voting loop: `cur` holds its raw scores; the next tile's go into `next`
-  // (kMore: there is a next tile). Returns 1 when the tile is visible to this warpgroup and
-  // skipped.
-  template <bool kMore>
+  // Q K^T of the tile at position `pos` into sc, once its K has landed.
+  __device__ __forceinline__ void issue_qk_at(float (&sc)[kN / 2], int pos) {
+    const int stage = pos % Cfg::kStagesK;
+    hopper::mbar_wait(&s.full_k[stage], (pos / Cfg::kStagesK) & 1);
+    issue_qk(sc, stage);
+  }
+
+  // Waits until at most kPending products are in flight, the oldest of which filled sc with the
+  // scores of position `pos`, and releases that K stage.
+  template <int kPending>
+  __device__ __forceinline__ void land_qk(float (&sc)[kN / 2], int pos) {
+    hopper::wgmma_wait<kPending>();
+    hopper::fence_registers(sc);
+    release(&s.empty_k[pos % Cfg::kStagesK]);
+  }
+
+  // One tile of the voting loop: `cur` holds its raw scores; kNext: the next tile's Q K^T is in
+  // flight into `next`; kIssue: `cur` then receives the Q K^T of the tile after next. Returns 1
+  // when the tile is visible to this warpgroup and skipped.
+  template <bool kNext, bool kIssue>
   __device__ __forceinline__ int vote_step(float (&cur)[kN / 2], float (&next)[kN / 2], int pos,
                                            unsigned& owed) {
+    static_assert(kNext || !kIssue, "the tile after next is issued only behind the next one");
     using namespace hopper;
     const int v_stage = pos % Cfg::kStagesV;
     const int tile = tile_at(pos);
-    const int next_k_stage = (pos + 1) % Cfg::kStagesK;
-    if constexpr (kMore) {
-      mbar_wait(&s.full_k[next_k_stage], ((pos + 1) / Cfg::kStagesK) & 1);
-      issue_qk(next, next_k_stage);
-    }
 
     float mx[2];
     row_max(cur, tile, mx);
@@ -615,7 +633,6 @@ struct Consumer {
         mbar_arrive(&s.voted[slot]);
       }
     }
-    float corr[2];
     if (skip) {
       // This warpgroup never reads the V of a skipped tile. With dropped loads the stage is
       // released when the next tile of the stage is voted on; otherwise once its copy landed.
@@ -625,18 +642,18 @@ struct Consumer {
         mbar_wait(&s.full_v[v_stage], (pos / Cfg::kStagesV) & 1);
         release(&s.empty_v[v_stage]);
       }
+      if constexpr (kIssue) issue_qk_at(cur, pos + 2);
+      if constexpr (kNext) land_qk<kIssue ? 1 : 0>(next, pos + 1);
     } else {
+      float corr[2];
       softmax(cur, mx, corr);
-    }
-    // The next scores must land before O is rescaled: ptxas serializes wgmma when registers of
-    // a product issued in the same pipeline stage are written while another one is in flight.
-    wgmma_wait<0>();
-    fence_registers(next);
-    if (kMore) release(&s.empty_k[next_k_stage]);
-    if (!skip) {
+      // The next scores must land before O is rescaled: ptxas serializes wgmma when registers of
+      // a product issued in the same pipeline stage are written while another one is in flight.
+      if constexpr (kNext) land_qk<0>(next, pos + 1);
       rescale_o(corr);
       convert_p(cur);
       finish_pv(pos, tile);
+      if constexpr (kIssue) issue_qk_at(cur, pos + 2);
     }
     return skip && tile_visible(tile) ? 1 : 0;
   }

@@ -6,9 +6,11 @@ hardware's parity-wait semantics (a wait for parity P returns once the barrier's
 parity differs from P, so a waiter two phases behind is fooled), named turn barriers, and TMA
 copies that land after a random delay. Thousands of random interleavings, tile counts and skip
 patterns are run for the two main loops: the dense loop (pingpong turns, each tile's Q K^T issued
-with the previous tile's P V) and the voting loop (the next tile's K awaited before the vote on
-this one, a kept tile's P V finished in its own step, no turns), the latter with V always loaded
-and with dropped V loads, for 2, 3 and 4 K stages (SKIPSOFTMAX_K_STAGES; the kernel ships 3).
+with the previous tile's P V) and the voting loop (the next tile's Q K^T in flight during the vote
+on this one, the one after next issued on a skipped tile before the next lands and on a kept tile
+after its P V, which finishes in its own step; no turns), the latter with V always loaded and with
+dropped V loads, for 2, 3 and 4 K stages (SKIPSOFTMAX_K_STAGES; the kernel ships 3; with 1 the
+voting loop deadlocks, which the model finds and a static_assert refuses).
 Fails on a deadlock, or when a consumer reads a K or V stage that does not hold its tile.
 """
 import random
@@ -108,16 +110,31 @@ def simulate(n_tiles, seed, mode, K_STAGES=3):
 
     def vote_loop(wg):
         owed = 0
-        yield from wait(full_k[0], 0)
-        assert k_holds[0] == 0, f"K stage 0 holds {k_holds[0]}, not 0"
-        yield
-        empty_k[0].arrive(4)
+
+        def issue_qk(pos):  # wait for the tile's K; the product reads it until land_qk(pos)
+            stage = pos % K_STAGES
+            yield from wait(full_k[stage], (pos // K_STAGES) & 1)
+            assert k_holds[stage] == pos, f"K stage {stage} holds {k_holds[stage]}, not {pos}"
+
+        def land_qk(pos):
+            yield
+            empty_k[pos % K_STAGES].arrive(4)
+
+        def finish_pv(pos, v_stage):
+            yield from wait(full_v[v_stage], (pos // V_STAGES) & 1)
+            assert v_holds[v_stage] == pos, \
+                f"warpgroup {wg}: V stage {v_stage} holds {v_holds[v_stage]}, not {pos}"
+            yield
+            empty_v[v_stage].arrive(4)
+
+        # Two Q K^T in flight: the next tile's before the vote on this one, and on a skipped
+        # tile the one after next before the next lands.
+        yield from issue_qk(0)
+        if n_tiles > 1:
+            yield from issue_qk(1)
+        yield from land_qk(0)
         for pos in range(n_tiles):
-            v_stage, more, next_stage = pos % V_STAGES, pos + 1 < n_tiles, (pos + 1) % K_STAGES
-            if more:  # the next tile's Q K^T is issued before the vote on this one
-                yield from wait(full_k[next_stage], ((pos + 1) // K_STAGES) & 1)
-                assert k_holds[next_stage] == pos + 1, \
-                    f"K stage {next_stage} holds {k_holds[next_stage]}, not {pos + 1}"
+            v_stage, has_next, issue = pos % V_STAGES, pos + 1 < n_tiles, pos + 2 < n_tiles
             yield
             skip = skips[wg][pos]
             if drop_v:
@@ -134,15 +151,16 @@ def simulate(n_tiles, seed, mode, K_STAGES=3):
                 else:
                     yield from wait(full_v[v_stage], (pos // V_STAGES) & 1)
                     empty_v[v_stage].arrive(4)
-            yield
-            if more:
-                empty_k[next_stage].arrive(4)
-            if not skip:  # P V of this tile, finished within the step
-                yield from wait(full_v[v_stage], (pos // V_STAGES) & 1)
-                assert v_holds[v_stage] == pos, \
-                    f"warpgroup {wg}: V stage {v_stage} holds {v_holds[v_stage]}, not {pos}"
-                yield
-                empty_v[v_stage].arrive(4)
+                if issue:
+                    yield from issue_qk(pos + 2)
+                if has_next:
+                    yield from land_qk(pos + 1)
+            else:
+                if has_next:
+                    yield from land_qk(pos + 1)
+                yield from finish_pv(pos, v_stage)
+                if issue:
+                    yield from issue_qk(pos + 2)
 
     def dense_loop(wg):
         pending, pending_stage = False, 0
