@@ -634,15 +634,16 @@ struct Consumer {
       }
     }
     if (skip) {
+      if constexpr (kIssue) issue_qk_at(cur, pos + 2);
       // This warpgroup never reads the V of a skipped tile. With dropped loads the stage is
-      // released when the next tile of the stage is voted on; otherwise once its copy landed.
+      // released when the next tile of the stage is voted on; otherwise once its copy landed
+      // (after the Q K^T above is issued: that copy may still be on its way).
       if constexpr (kDropSkippedV) {
         owed |= 1u << v_stage;
       } else {
         mbar_wait(&s.full_v[v_stage], (pos / Cfg::kStagesV) & 1);
         release(&s.empty_v[v_stage]);
       }
-      if constexpr (kIssue) issue_qk_at(cur, pos + 2);
       if constexpr (kNext) land_qk<kIssue ? 1 : 0>(next, pos + 1);
     } else {
       float corr[2];

@@ -146,13 +146,13 @@ def simulate(n_tiles, seed, mode, K_STAGES=3):
                 verdict[slot][wg] = skip
                 voted[slot].arrive()
             if skip:
+                if issue:
+                    yield from issue_qk(pos + 2)
                 if drop_v:
                     owed |= 1 << v_stage
                 else:
                     yield from wait(full_v[v_stage], (pos // V_STAGES) & 1)
                     empty_v[v_stage].arrive(4)
-                if issue:
-                    yield from issue_qk(pos + 2)
                 if has_next:
                     yield from land_qk(pos + 1)
             else:
