@@ -12,7 +12,7 @@
 // reference's in scaled units) holds for all 64 rows of the warpgroup; a row that sees no key of
 // the tile votes skip. A skipped tile runs no exponentials and no P V. The vote unit is therefore
 // 64 query rows x kBlockN keys: the CPU reference with tile_q = 64 and tile_k = kBlockN emulates
-// it exactly, its visit orders included (kv_tile_at mirrors the one of tiling.h).
+// it exactly, its visit orders included (CtaWork::tile_at mirrors kv_tile_at of tiling.h).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -86,17 +86,6 @@ static_assert(TileConfig<128>::kStagesK >= 2 && TileConfig<256>::kStagesK >= 2,
 // turn at issuing matrix products.
 enum BarrierId { kVoteBarrier = 1, kTurnBarrier = 3 };
 
-__device__ __forceinline__ int kv_tile_at(int order, int position, int n_tiles) {
-  switch (order) {
-    case 1:  // reverse: the diagonal first
-      return n_tiles - 1 - position;
-    case 2:  // sink, then the diagonal backwards
-      return position == 0 ? 0 : n_tiles - position;
-    default:  // forward
-      return position;
-  }
-}
-
 using common::lambda_for;
 
 // Where one CTA's work lies: its query rows, its KV tiles, and the sequence they belong to.
@@ -105,9 +94,17 @@ struct CtaWork {
   int q_start, q_len, kv_start, kv_len;
   int m_block;
   int first_tile;  // the first KV tile of the CTA's range (past the sliding window's left edge)
-  int n_tiles;     // KV tiles the CTA visits: first_tile + kv_tile_at(order, position, n_tiles)
+  int n_tiles;     // KV tiles the CTA visits, in the order of tile_at
   float skip_gap;  // raw-score gap below which a row votes skip: log2(lambda) / scale_log2
   bool voting;     // skip kernel and lambda > 0 for this sequence
+  // The visit order (kv_tile_at of tiling.h) as a multiply-add, computed once: per tile it cost
+  // instructions the consumers' loops are short of.
+  int order_first, order_base, order_step;
+
+  // The KV tile visited at `position` (0 <= position < n_tiles).
+  __device__ int tile_at(int position) const {
+    return position == 0 ? order_first : order_base + order_step * position;
+  }
 };
 
 template <int kHeadDim, bool kCausal, bool kSkip>
@@ -132,6 +129,16 @@ __device__ __forceinline__ bool find_work(const Params& p, CtaWork& w) {
     w.first_tile = first_key > 0 ? first_key / Cfg::kBlockN : 0;
   }
   w.n_tiles = (keys + Cfg::kBlockN - 1) / Cfg::kBlockN - w.first_tile;
+  w.order_first = w.order_base = w.first_tile;
+  w.order_step = 1;  // forward
+  if (p.kv_order == 1) {  // reverse: the diagonal first
+    w.order_first += w.n_tiles - 1;
+    w.order_base += w.n_tiles - 1;
+    w.order_step = -1;
+  } else if (p.kv_order == 2) {  // sink, then the diagonal backwards
+    w.order_base += w.n_tiles;
+    w.order_step = -1;
+  }
   w.skip_gap = -__builtin_huge_valf();
   w.voting = false;
   if constexpr (kSkip) {
@@ -162,7 +169,7 @@ __device__ __forceinline__ void produce(const Params& p, const CtaWork& w,
   const int* pages = p.page_table ? p.page_table + blockIdx.z * p.max_pages_per_seq : nullptr;
   const auto load_tile = [&](const CUtensorMap* map, std::uint16_t* dst, std::uint64_t* bar,
                              int pos) {
-    const int tile = w.first_tile + kv_tile_at(p.kv_order, pos, w.n_tiles);
+    const int tile = w.tile_at(pos);
     if (pages == nullptr) {
       for (int b = 0; b < Cfg::kDBoxes; ++b) {
         tma_load_3d(dst + b * Cfg::kBlockN * Cfg::kBoxCols, map, bar, b * Cfg::kBoxCols,
@@ -281,21 +288,9 @@ struct Consumer {
   // Per-warpgroup constants of the main loops, set once in run(): per tile they cost instructions
   // the loops are short of.
   int clear_lo = 0, clear_hi = 0;  // the tiles [clear_lo, clear_hi) need no mask
-  int order_first = 0, order_base = 0, order_step = 1;  // see tile_at
-  int n_visible = 0;                                    // visible_tiles()
+  int n_visible = 0;               // visible_tiles()
 
   __device__ void set_loop_constants() {
-    // tile_at(pos) == first_tile + kv_tile_at(order, pos, n_tiles), as a multiply-add.
-    const int n = w.n_tiles;
-    order_first = order_base = w.first_tile;
-    if (p.kv_order == 1) {  // reverse
-      order_first += n - 1;
-      order_base += n - 1;
-      order_step = -1;
-    } else if (p.kv_order == 2) {  // sink, then the diagonal backwards
-      order_base += n;
-      order_step = -1;
-    }
     // A tile needs a mask when it reaches past the sequence ((t + 1) kN > kv_len), when some row
     // of the warpgroup lies past the query chunk, past the causal diagonal of the first row
     // ((t + 1) kN - 1 > kv_len - q_len + row_base) or before the window of the last row
@@ -312,9 +307,6 @@ struct Consumer {
     n_visible = visible_tiles();
   }
 
-  __device__ int tile_at(int pos) const {
-    return pos == 0 ? order_first : order_base + order_step * pos;
-  }
   // Does some row of this warpgroup see a key of the tile (causal: bottom-right aligned)?
   __device__ bool tile_visible(int tile) const { return tile < n_visible; }
   __device__ int row_base() const { return w.m_block * Cfg::kBlockM + wg * Cfg::kRowsPerWarpgroup; }
@@ -488,7 +480,7 @@ struct Consumer {
     dense_step<true>(sc, 0);
     for (int pos = 1; pos < w.n_tiles; ++pos) dense_step<false>(sc, pos);
     const int last = w.n_tiles - 1;
-    finish_pv(last, tile_at(last));
+    finish_pv(last, w.tile_at(last));
   }
 
   // P V of the tile at position `pos`, whose P waits in pa: issued once its V landed, waited for,
@@ -513,14 +505,14 @@ struct Consumer {
     using namespace hopper;
     const int k_stage = pos % Cfg::kStagesK;
     const int prev_stage = (pos + Cfg::kStagesV - 1) % Cfg::kStagesV;
-    const int tile = tile_at(pos);
+    const int tile = w.tile_at(pos);
 
     mbar_wait(&s.full_k[k_stage], (pos / Cfg::kStagesK) & 1);
     if (kPingPong) named_barrier_sync(kTurnBarrier + wg, 256);
     issue_qk(sc, k_stage);
     if constexpr (!kFirst) {
       mbar_wait(&s.full_v[prev_stage], ((pos - 1) / Cfg::kStagesV) & 1);
-      zero_v_tail(prev_stage, tile_at(pos - 1));
+      zero_v_tail(prev_stage, w.tile_at(pos - 1));
       issue_pv(prev_stage);
       wgmma_commit();
     }
@@ -615,7 +607,7 @@ struct Consumer {
     static_assert(kNext || !kIssue, "the tile after next is issued only behind the next one");
     using namespace hopper;
     const int v_stage = pos % Cfg::kStagesV;
-    const int tile = tile_at(pos);
+    const int tile = w.tile_at(pos);
 
     float mx[2];
     row_max(cur, tile, mx);
