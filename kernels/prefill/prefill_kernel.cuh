@@ -486,16 +486,23 @@ struct Consumer {
   // P V of the tile at position `pos`, whose P waits in pa: issued once its V landed, waited for,
   // and its V stage released.
   __device__ __forceinline__ void finish_pv(int pos, int tile) {
+    start_pv(pos, tile);
+    end_pv(pos);
+  }
+  __device__ __forceinline__ void start_pv(int pos, int tile) {
     using namespace hopper;
     const int stage = pos % Cfg::kStagesV;
     mbar_wait(&s.full_v[stage], (pos / Cfg::kStagesV) & 1);
     zero_v_tail(stage, tile);
     issue_pv(stage);
     wgmma_commit();
+  }
+  __device__ __forceinline__ void end_pv(int pos) {
+    using namespace hopper;
     wgmma_wait<0>();
     fence_registers(o);
     fence_registers(pa);
-    release(&s.empty_v[stage]);
+    release(&s.empty_v[pos % Cfg::kStagesV]);
   }
 
   // One tile of the dense loop: Q K^T of tile `pos` and (kFirst: none) P V of tile pos - 1, whose
@@ -556,28 +563,33 @@ struct Consumer {
     unsigned owed = 0;
     const int n = w.n_tiles;
     if (n == 0) return 0;  // only for inputs outside the contract (kv_len < q_len causal)
+    // The verdict on the tile a step begins with: its row maxima and whether it is skipped.
+    float mx[2];
+    bool skip;
     issue_qk_at(sa, 0);
     if (n == 1) {
       land_qk<0>(sa, 0);
-      return vote_step<false, false>(sa, sb, 0, owed);
+      skip = vote(sa, 0, mx);
+      return vote_step<false, false>(sa, sb, 0, owed, mx, skip);
     }
     issue_qk_at(sb, 1);
     land_qk<1>(sa, 0);
+    skip = vote(sa, 0, mx);
     // Whether a step has a next tile, and whether it issues the one after, are compile-time
     // choices: a data-dependent one merges two definitions of the score registers, and the copies
     // that reconcile them make ptxas serialize every wgmma of the kernel (C7515).
     int pos = 0;
     for (; pos + 3 < n; pos += 2) {
-      skipped += vote_step<true, true>(sa, sb, pos, owed);
-      skipped += vote_step<true, true>(sb, sa, pos + 1, owed);
+      skipped += vote_step<true, true>(sa, sb, pos, owed, mx, skip);
+      skipped += vote_step<true, true>(sb, sa, pos + 1, owed, mx, skip);
     }
     if (pos + 3 == n) {
-      skipped += vote_step<true, true>(sa, sb, pos, owed);
-      skipped += vote_step<true, false>(sb, sa, pos + 1, owed);
-      skipped += vote_step<false, false>(sa, sb, pos + 2, owed);
+      skipped += vote_step<true, true>(sa, sb, pos, owed, mx, skip);
+      skipped += vote_step<true, false>(sb, sa, pos + 1, owed, mx, skip);
+      skipped += vote_step<false, false>(sa, sb, pos + 2, owed, mx, skip);
     } else {
-      skipped += vote_step<true, false>(sa, sb, pos, owed);
-      skipped += vote_step<false, false>(sb, sa, pos + 1, owed);
+      skipped += vote_step<true, false>(sa, sb, pos, owed, mx, skip);
+      skipped += vote_step<false, false>(sb, sa, pos + 1, owed, mx, skip);
     }
     return skipped;
   }
@@ -598,20 +610,24 @@ struct Consumer {
     release(&s.empty_k[pos % Cfg::kStagesK]);
   }
 
-  // One tile of the voting loop: `cur` holds its raw scores; kNext: the next tile's Q K^T is in
-  // flight into `next`; kIssue: `cur` then receives the Q K^T of the tile after next. Returns 1
-  // when the tile is visible to this warpgroup and skipped.
+  // The vote on the tile at position `pos` (raw scores in sc); leaves its row maxima in mx.
+  __device__ __forceinline__ bool vote(float (&sc)[kN / 2], int pos, float (&mx)[2]) {
+    row_max(sc, w.tile_at(pos), mx);
+    return vote_skip(mx);
+  }
+
+  // One tile of the voting loop: `cur` holds its raw scores, and mx and skip the verdict on it;
+  // kNext: the next tile's Q K^T is in flight into `next`, and the step leaves the verdict on the
+  // next tile in mx and skip; kIssue: `cur` then receives the Q K^T of the tile after next.
+  // Returns 1 when the tile is visible to this warpgroup and skipped.
   template <bool kNext, bool kIssue>
   __device__ __forceinline__ int vote_step(float (&cur)[kN / 2], float (&next)[kN / 2], int pos,
-                                           unsigned& owed) {
+                                           unsigned& owed, float (&mx)[2], bool& skip) {
     static_assert(kNext || !kIssue, "the tile after next is issued only behind the next one");
     using namespace hopper;
     const int v_stage = pos % Cfg::kStagesV;
     const int tile = w.tile_at(pos);
-
-    float mx[2];
-    row_max(cur, tile, mx);
-    const bool skip = vote_skip(mx);
+    const int skipped = skip && tile_visible(tile) ? 1 : 0;
     if constexpr (kDropSkippedV) {
       if (owed & (1u << v_stage)) {
         mbar_wait(&s.full_v[v_stage], ((pos - Cfg::kStagesV) / Cfg::kStagesV) & 1);
@@ -636,7 +652,10 @@ struct Consumer {
         mbar_wait(&s.full_v[v_stage], (pos / Cfg::kStagesV) & 1);
         release(&s.empty_v[v_stage]);
       }
-      if constexpr (kNext) land_qk<kIssue ? 1 : 0>(next, pos + 1);
+      if constexpr (kNext) {
+        land_qk<kIssue ? 1 : 0>(next, pos + 1);
+        skip = vote(next, pos + 1, mx);
+      }
     } else {
       float corr[2];
       softmax(cur, mx, corr);
@@ -645,10 +664,14 @@ struct Consumer {
       if constexpr (kNext) land_qk<0>(next, pos + 1);
       rescale_o(corr);
       convert_p(cur);
-      finish_pv(pos, tile);
+      start_pv(pos, tile);
+      // The vote on the next tile runs while this P V occupies the tensor cores. It compares with
+      // the running maximum this tile has just moved, as a vote after the P V would.
+      if constexpr (kNext) skip = vote(next, pos + 1, mx);
+      end_pv(pos);
       if constexpr (kIssue) issue_qk_at(cur, pos + 2);
     }
-    return skip && tile_visible(tile) ? 1 : 0;
+    return skipped;
   }
 
   __device__ void store_output() {
