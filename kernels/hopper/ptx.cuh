@@ -35,6 +35,12 @@ __device__ __forceinline__ void mbar_arrive(std::uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
+// `count` arrivals at once (on behalf of other threads).
+__device__ __forceinline__ void mbar_arrive(std::uint64_t* bar, std::uint32_t count) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
+}
+
 __device__ __forceinline__ void mbar_wait(std::uint64_t* bar, std::uint32_t phase) {
   asm volatile(
       "{\n"

@@ -37,9 +37,21 @@ struct TileConfig {
   // softmax later. 32 + 3 x 32 + 2 x 32 KB for head dim 128; 64 + 3 x 32 + 2 x 32 KB for 256.
   static constexpr int kStagesK = SKIPSOFTMAX_K_STAGES;
   static constexpr int kStagesV = 2;
+  // Rings indexed by KV position: the V copies' full barriers and the verdict slots. In a voting
+  // CTA a consumer waits only for the V of tiles it keeps, so it may run several tiles ahead of
+  // the V copies; a ring this deep keeps its parity waits unambiguous (the slots bound the lead).
+  static constexpr int kPositionRing = 8;
   static constexpr int kBoxCols = 64;  // 16-bit elements per 128-byte swizzled row
   static constexpr int kDBoxes = kHeadDim / kBoxCols;
   static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
+  // setmaxnreg moves registers between the warpgroups within what the CTA got at launch (65536 /
+  // 384, rounded down to 8: 168 a thread); a consumer's allocation waits until the producer's
+  // release covers it, so asking for more than that pool hangs every CTA.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+  static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <=
+                    kThreads * (65536 / kThreads / 8 * 8),
+                "the warpgroups' registers exceed the CTA's launch allocation");
 };
 
 template <int kHeadDim>
@@ -52,13 +64,13 @@ struct alignas(1024) SharedStorage {
   std::uint64_t full_q;
   std::uint64_t full_k[Cfg::kStagesK];
   std::uint64_t empty_k[Cfg::kStagesK];
-  std::uint64_t full_v[Cfg::kStagesV];
+  std::uint64_t v_ready[Cfg::kPositionRing];  // V of position t landed (or was dropped): t % ring
   std::uint64_t empty_v[Cfg::kStagesV];
-  // Skip kernels: each consumer warpgroup's verdict on a KV tile, read by the producer before it
-  // loads (or drops) that tile's V. Indexed like the K stages, which bounds how far the consumers
-  // run ahead of the producer.
-  std::uint64_t voted[Cfg::kStagesK];
-  int verdict[Cfg::kStagesK][2];
+  // Voting CTAs: both warpgroups' verdicts on position t in slot t % ring, read once by the V
+  // thread, which then frees the slot.
+  std::uint64_t voted[Cfg::kPositionRing];
+  std::uint64_t slot_free[Cfg::kPositionRing];
+  int verdict[Cfg::kPositionRing][2];
 };
 static_assert(sizeof(SharedStorage<256>) <= 227 * 1024, "shared memory of an H100/H200 SM");
 
@@ -70,15 +82,14 @@ static_assert(sizeof(SharedStorage<256>) <= 227 * 1024, "shared memory of an H10
 inline constexpr bool kPingPong = SKIPSOFTMAX_PINGPONG;
 
 #ifndef SKIPSOFTMAX_PREFILL_DROP_V
-#define SKIPSOFTMAX_PREFILL_DROP_V 0
+#define SKIPSOFTMAX_PREFILL_DROP_V 1
 #endif
-// Skip kernels: the producer waits for both warpgroups' votes on a tile and drops the V load when
-// both skip it. Measured on the H200 (docs/PERFORMANCE.md): the V load then starts a softmax
-// later and P V waits for it, which costs more than the bytes save, so it is off by default.
+// Voting CTAs: the V thread waits for both verdicts on a tile and loads its V only if a warpgroup
+// keeps it (0: every V is loaded). Measured on the H200 (docs/PERFORMANCE.md): 4-8% faster at
+// 92-99% of the tiles skipped, within 1% at 48-73%, 6% slower when nothing is skipped.
 inline constexpr bool kDropSkippedV = SKIPSOFTMAX_PREFILL_DROP_V;
-// The voting loop holds the next tile's K while it waits for the one after; a producer that
-// drops V loads also waits for the vote on a tile before loading that tile's V. With one K stage
-// both are cycles (tests/protocol/prefill_pipeline_model.py finds them).
+// The voting loop holds the next tile's K while it waits for the one after: with one K stage
+// that is a cycle (tests/protocol/prefill_pipeline_model.py finds it).
 static_assert(TileConfig<128>::kStagesK >= 2 && TileConfig<256>::kStagesK >= 2,
               "the voting loop needs at least 2 K stages");
 
@@ -150,76 +161,104 @@ __device__ __forceinline__ bool find_work(const Params& p, CtaWork& w) {
   return true;
 }
 
-template <bool kBf16, int kHeadDim>
-__device__ __forceinline__ void produce(const Params& p, const CtaWork& w,
-                                        SharedStorage<kHeadDim>& s) {
+// One KV tile into a stage: a box per 64 columns, and with paged KV a box per page (pages of 16
+// to 64 keys) or per tile (pages of kBlockN keys or more). Boxes of a tile that start past the
+// sequence's end load its last valid box again: those keys are masked and those V rows zeroed,
+// and no page-table entry past the sequence is read.
+template <int kHeadDim>
+__device__ __forceinline__ void load_kv_tile(const Params& p, const CtaWork& w,
+                                             const CUtensorMap* map, std::uint16_t* dst,
+                                             std::uint64_t* bar, int pos) {
+  using Cfg = TileConfig<kHeadDim>;
+  using hopper::tma_load_3d;
+  const int tile = w.tile_at(pos);
+  if (p.page_table == nullptr) {
+    for (int b = 0; b < Cfg::kDBoxes; ++b) {
+      tma_load_3d(dst + b * Cfg::kBlockN * Cfg::kBoxCols, map, bar, b * Cfg::kBoxCols, w.kv_head,
+                  w.kv_start + tile * Cfg::kBlockN);
+    }
+    return;
+  }
+  const int* pages = p.page_table + blockIdx.z * p.max_pages_per_seq;
+  const int page_size = 1 << p.page_shift;
+  const int box = min(page_size, Cfg::kBlockN);
+  const int last_box = (w.kv_len - 1) / box * box;
+  for (int c = 0; c < Cfg::kBlockN; c += box) {
+    const int token = min(tile * Cfg::kBlockN + c, last_box);
+    const int row = (pages[token >> p.page_shift] << p.page_shift) + (token & (page_size - 1));
+    for (int b = 0; b < Cfg::kDBoxes; ++b) {
+      tma_load_3d(dst + (b * Cfg::kBlockN + c) * Cfg::kBoxCols, map, bar, b * Cfg::kBoxCols,
+                  w.kv_head, row);
+    }
+  }
+}
+
+// The producer warpgroup has two threads: one copies Q and the K tiles, the other the V tiles
+// (produce_v), so that a K copy never waits for a V stage or a verdict.
+template <int kHeadDim>
+__device__ __forceinline__ void produce_k(const Params& p, const CtaWork& w,
+                                          SharedStorage<kHeadDim>& s) {
   using Cfg = TileConfig<kHeadDim>;
   using namespace hopper;
-  constexpr std::uint32_t kQBytes = Cfg::kBlockM * kHeadDim * 2;
-  constexpr std::uint32_t kKvBytes = Cfg::kBlockN * kHeadDim * 2;
-  mbar_arrive_expect_tx(&s.full_q, kQBytes);
+  mbar_arrive_expect_tx(&s.full_q, Cfg::kBlockM * kHeadDim * 2);
   for (int b = 0; b < Cfg::kDBoxes; ++b) {
     tma_load_3d(s.q + b * Cfg::kBlockM * Cfg::kBoxCols, &p.tma_q, &s.full_q, b * Cfg::kBoxCols,
                 w.head, w.q_start + w.m_block * Cfg::kBlockM);
   }
-  // One KV tile into a stage: a box per 64 columns, and with paged KV a box per page (pages of
-  // 16 to 64 keys) or per tile (pages of kBlockN keys or more). Boxes of a tile that start past
-  // the sequence's end load its last valid box again: those keys are masked and those V rows
-  // zeroed, and no page-table entry past the sequence is read.
-  const int* pages = p.page_table ? p.page_table + blockIdx.z * p.max_pages_per_seq : nullptr;
-  const auto load_tile = [&](const CUtensorMap* map, std::uint16_t* dst, std::uint64_t* bar,
-                             int pos) {
-    const int tile = w.tile_at(pos);
-    if (pages == nullptr) {
-      for (int b = 0; b < Cfg::kDBoxes; ++b) {
-        tma_load_3d(dst + b * Cfg::kBlockN * Cfg::kBoxCols, map, bar, b * Cfg::kBoxCols,
-                    w.kv_head, w.kv_start + tile * Cfg::kBlockN);
-      }
-      return;
-    }
-    const int page_size = 1 << p.page_shift;
-    const int box = min(page_size, Cfg::kBlockN);
-    const int last_box = (w.kv_len - 1) / box * box;
-    for (int c = 0; c < Cfg::kBlockN; c += box) {
-      const int token = min(tile * Cfg::kBlockN + c, last_box);
-      const int row = (pages[token >> p.page_shift] << p.page_shift) + (token & (page_size - 1));
-      for (int b = 0; b < Cfg::kDBoxes; ++b) {
-        tma_load_3d(dst + (b * Cfg::kBlockN + c) * Cfg::kBoxCols, map, bar, b * Cfg::kBoxCols,
-                    w.kv_head, row);
-      }
-    }
-  };
-  const auto load_k = [&](int pos) {
+  constexpr int kRing = Cfg::kPositionRing;
+  for (int pos = 0; pos < w.n_tiles; ++pos) {
     const int stage = pos % Cfg::kStagesK;
+    // A consumer publishes its verdict on a tile once the tile's K has landed: K of position t
+    // waits until the V thread has read the verdicts of t - ring, whose slot t reuses.
+    if (w.voting && pos >= kRing) mbar_wait(&s.slot_free[pos % kRing], ((pos / kRing) - 1) & 1);
     mbar_wait(&s.empty_k[stage], ((pos / Cfg::kStagesK) & 1) ^ 1);
-    mbar_arrive_expect_tx(&s.full_k[stage], kKvBytes);
-    load_tile(&p.tma_k, s.k[stage], &s.full_k[stage], pos);
+    mbar_arrive_expect_tx(&s.full_k[stage], Cfg::kBlockN * kHeadDim * 2);
+    load_kv_tile<kHeadDim>(p, w, &p.tma_k, s.k[stage], &s.full_k[stage], pos);
+  }
+}
+
+// In a voting CTA a warpgroup that skips a tile never touches its V: this thread reads both
+// verdicts of every tile and releases its stage on behalf of the warpgroups that skipped it, and
+// it waits for a copy to land before reusing its stage (no consumer may have waited for it).
+template <int kHeadDim>
+__device__ __forceinline__ void produce_v(const Params& p, const CtaWork& w,
+                                          SharedStorage<kHeadDim>& s) {
+  using Cfg = TileConfig<kHeadDim>;
+  using namespace hopper;
+  constexpr int kRing = Cfg::kPositionRing;
+  unsigned kept_bits = 0;  // bit 2 (read - t) + g: warpgroup g keeps position t
+  int read = -1;           // verdicts read for the positions up to here
+  // Bit g set when warpgroup g keeps position t (read - 16 < t; t never lags read by more than 2).
+  const auto keepers = [&](int t) {
+    while (read < t) {
+      const int q = ++read, slot = q % kRing;
+      mbar_wait(&s.voted[slot], (q / kRing) & 1);
+      const unsigned bits = (s.verdict[slot][0] ? 0u : 1u) | (s.verdict[slot][1] ? 0u : 2u);
+      mbar_arrive(&s.slot_free[slot]);
+      kept_bits = (kept_bits << 2) | bits;
+    }
+    return (kept_bits >> (2 * (read - t))) & 3u;
   };
-  // V of a tile is loaded unless both consumer warpgroups voted to skip it; a dropped load still
-  // completes its full barrier's phase (an arrival without bytes), so every stage keeps one phase
-  // per tile.
-  const auto load_v = [&](int pos) {
+  for (int pos = 0; pos < w.n_tiles; ++pos) {
     const int stage = pos % Cfg::kStagesV;
-    bool needed = true;
-    if (kDropSkippedV && w.voting) {
-      const int slot = pos % Cfg::kStagesK;
-      mbar_wait(&s.voted[slot], (pos / Cfg::kStagesK) & 1);
-      needed = !(s.verdict[slot][0] && s.verdict[slot][1]);
+    if (w.voting && pos >= Cfg::kStagesV) {
+      const unsigned kept = keepers(pos - Cfg::kStagesV);
+      for (int g = 0; g < 2; ++g) {
+        if (!(kept & (1u << g))) mbar_arrive(&s.empty_v[stage], 4);  // its four warps
+      }
     }
     mbar_wait(&s.empty_v[stage], ((pos / Cfg::kStagesV) & 1) ^ 1);
-    if (!needed) {
-      mbar_arrive(&s.full_v[stage]);
-      return;
+    if (pos >= Cfg::kStagesV) {
+      const int prev = pos - Cfg::kStagesV;
+      mbar_wait(&s.v_ready[prev % kRing], (prev / kRing) & 1);
     }
-    mbar_arrive_expect_tx(&s.full_v[stage], kKvBytes);
-    load_tile(&p.tma_v, s.v[stage], &s.full_v[stage], pos);
-  };
-  // K runs kStagesK - 1 tiles ahead of V: the next Q K^T never waits for a V stage or a vote.
-  constexpr int kAhead = Cfg::kStagesK - 1;
-  for (int pos = 0; pos < kAhead && pos < w.n_tiles; ++pos) load_k(pos);
-  for (int pos = 0; pos < w.n_tiles; ++pos) {
-    if (pos + kAhead < w.n_tiles) load_k(pos + kAhead);
-    load_v(pos);
+    std::uint64_t* ready = &s.v_ready[pos % kRing];
+    if (!(w.voting && kDropSkippedV) || keepers(pos) != 0) {
+      mbar_arrive_expect_tx(ready, Cfg::kBlockN * kHeadDim * 2);
+      load_kv_tile<kHeadDim>(p, w, &p.tma_v, s.v[stage], ready, pos);
+    } else {
+      mbar_arrive(ready);
+    }
   }
 }
 
@@ -428,6 +467,12 @@ struct Consumer {
     if (tid % 32 == 0) hopper::mbar_arrive(bar);
   }
 
+  // Waits until the V of position `pos` has landed in its stage.
+  __device__ void wait_v(int pos) {
+    constexpr int kRing = Cfg::kPositionRing;
+    hopper::mbar_wait(&s.v_ready[pos % kRing], (pos / kRing) & 1);
+  }
+
   __device__ void run() {
     const int warp = tid / 32, lane = tid % 32;
     row0 = row_base() + warp * 16 + lane / 4;
@@ -492,7 +537,7 @@ struct Consumer {
   __device__ __forceinline__ void start_pv(int pos, int tile) {
     using namespace hopper;
     const int stage = pos % Cfg::kStagesV;
-    mbar_wait(&s.full_v[stage], (pos / Cfg::kStagesV) & 1);
+    wait_v(pos);
     zero_v_tail(stage, tile);
     issue_pv(stage);
     wgmma_commit();
@@ -518,7 +563,7 @@ struct Consumer {
     if (kPingPong) named_barrier_sync(kTurnBarrier + wg, 256);
     issue_qk(sc, k_stage);
     if constexpr (!kFirst) {
-      mbar_wait(&s.full_v[prev_stage], ((pos - 1) / Cfg::kStagesV) & 1);
+      wait_v(pos - 1);
       zero_v_tail(prev_stage, w.tile_at(pos - 1));
       issue_pv(prev_stage);
       wgmma_commit();
@@ -549,18 +594,15 @@ struct Consumer {
   // A skipped tile's scores are dead once voted on, so its registers at once receive the Q K^T of
   // the tile after next: along a run of skipped tiles two Q K^T are in flight, and a skipped tile
   // costs little more than its share of the tensor cores. A kept tile's P V is issued once the
-  // next scores have landed and is waited for in its step: P, O and two score tiles would not fit
-  // in 240 registers; the tile after next is issued after it. The warpgroups do not take turns
-  // here: with pingpong the loop ran 1.5-3% slower (the dense loop keeps it, about 1% faster).
-  // Returns the number of visible tiles skipped.
+  // next scores have landed and is waited for in its step (P, O and two score tiles would not fit
+  // in 240 registers), while the vote on the next tile runs; the tile after next is issued after
+  // it. Each vote is published for the V thread; a skipped tile's V is never waited for. The
+  // warpgroups do not take turns here: with pingpong the loop ran 1.5-3% slower (the dense loop
+  // keeps it, about 1% faster). Returns the number of visible tiles skipped.
   __device__ int vote_loop() {
     using namespace hopper;
     float sa[kN / 2], sb[kN / 2];
     int skipped = 0;
-    // Bit per V stage: this warpgroup skipped the stage's last tile and has neither observed its
-    // full phase nor released it (dropped V loads only). Settled just before voting on the next
-    // tile of that stage, so that no V barrier ever runs two phases ahead of a waiter.
-    unsigned owed = 0;
     const int n = w.n_tiles;
     if (n == 0) return 0;  // only for inputs outside the contract (kv_len < q_len causal)
     // The verdict on the tile a step begins with: its row maxima and whether it is skipped.
@@ -570,7 +612,7 @@ struct Consumer {
     if (n == 1) {
       land_qk<0>(sa, 0);
       skip = vote(sa, 0, mx);
-      return vote_step<false, false>(sa, sb, 0, owed, mx, skip);
+      return vote_step<false, false>(sa, sb, 0, mx, skip);
     }
     issue_qk_at(sb, 1);
     land_qk<1>(sa, 0);
@@ -580,16 +622,16 @@ struct Consumer {
     // that reconcile them make ptxas serialize every wgmma of the kernel (C7515).
     int pos = 0;
     for (; pos + 3 < n; pos += 2) {
-      skipped += vote_step<true, true>(sa, sb, pos, owed, mx, skip);
-      skipped += vote_step<true, true>(sb, sa, pos + 1, owed, mx, skip);
+      skipped += vote_step<true, true>(sa, sb, pos, mx, skip);
+      skipped += vote_step<true, true>(sb, sa, pos + 1, mx, skip);
     }
     if (pos + 3 == n) {
-      skipped += vote_step<true, true>(sa, sb, pos, owed, mx, skip);
-      skipped += vote_step<true, false>(sb, sa, pos + 1, owed, mx, skip);
-      skipped += vote_step<false, false>(sa, sb, pos + 2, owed, mx, skip);
+      skipped += vote_step<true, true>(sa, sb, pos, mx, skip);
+      skipped += vote_step<true, false>(sb, sa, pos + 1, mx, skip);
+      skipped += vote_step<false, false>(sa, sb, pos + 2, mx, skip);
     } else {
-      skipped += vote_step<true, false>(sa, sb, pos, owed, mx, skip);
-      skipped += vote_step<false, false>(sb, sa, pos + 1, owed, mx, skip);
+      skipped += vote_step<true, false>(sa, sb, pos, mx, skip);
+      skipped += vote_step<false, false>(sb, sa, pos + 1, mx, skip);
     }
     return skipped;
   }
@@ -610,10 +652,17 @@ struct Consumer {
     release(&s.empty_k[pos % Cfg::kStagesK]);
   }
 
-  // The vote on the tile at position `pos` (raw scores in sc); leaves its row maxima in mx.
+  // The vote on the tile at position `pos`, whose raw scores are in sc; leaves its row maxima in
+  // mx and publishes the verdict for the V thread (the slot is free: see produce_k).
   __device__ __forceinline__ bool vote(float (&sc)[kN / 2], int pos, float (&mx)[2]) {
     row_max(sc, w.tile_at(pos), mx);
-    return vote_skip(mx);
+    const bool skip = vote_skip(mx);
+    if (tid == 0) {
+      const int slot = pos % Cfg::kPositionRing;
+      s.verdict[slot][wg] = skip;
+      hopper::mbar_arrive(&s.voted[slot]);
+    }
+    return skip;
   }
 
   // One tile of the voting loop: `cur` holds its raw scores, and mx and skip the verdict on it;
@@ -622,36 +671,14 @@ struct Consumer {
   // Returns 1 when the tile is visible to this warpgroup and skipped.
   template <bool kNext, bool kIssue>
   __device__ __forceinline__ int vote_step(float (&cur)[kN / 2], float (&next)[kN / 2], int pos,
-                                           unsigned& owed, float (&mx)[2], bool& skip) {
+                                           float (&mx)[2], bool& skip) {
     static_assert(kNext || !kIssue, "the tile after next is issued only behind the next one");
     using namespace hopper;
-    const int v_stage = pos % Cfg::kStagesV;
     const int tile = w.tile_at(pos);
     const int skipped = skip && tile_visible(tile) ? 1 : 0;
-    if constexpr (kDropSkippedV) {
-      if (owed & (1u << v_stage)) {
-        mbar_wait(&s.full_v[v_stage], ((pos - Cfg::kStagesV) / Cfg::kStagesV) & 1);
-        release(&s.empty_v[v_stage]);
-        owed &= ~(1u << v_stage);
-      }
-      // Publish the verdict: the producer loads this tile's V only if a warpgroup needs it.
-      if (tid == 0) {
-        const int slot = pos % Cfg::kStagesK;
-        s.verdict[slot][wg] = skip;
-        mbar_arrive(&s.voted[slot]);
-      }
-    }
     if (skip) {
+      // The V thread releases the V stage of a skipped tile for this warpgroup.
       if constexpr (kIssue) issue_qk_at(cur, pos + 2);
-      // This warpgroup never reads the V of a skipped tile. With dropped loads the stage is
-      // released when the next tile of the stage is voted on; otherwise once its copy landed
-      // (after the Q K^T above is issued: that copy may still be on its way).
-      if constexpr (kDropSkippedV) {
-        owed |= 1u << v_stage;
-      } else {
-        mbar_wait(&s.full_v[v_stage], (pos / Cfg::kStagesV) & 1);
-        release(&s.empty_v[v_stage]);
-      }
       if constexpr (kNext) {
         land_qk<kIssue ? 1 : 0>(next, pos + 1);
         skip = vote(next, pos + 1, mx);
@@ -719,20 +746,22 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim>::kThreads, 1)
       mbar_init(&s.full_k[i], 1);
       mbar_init(&s.empty_k[i], 8);  // one arrival per consumer warp
     }
-    for (int i = 0; i < Cfg::kStagesV; ++i) {
-      mbar_init(&s.full_v[i], 1);
-      mbar_init(&s.empty_v[i], 8);
+    for (int i = 0; i < Cfg::kStagesV; ++i) mbar_init(&s.empty_v[i], 8);
+    for (int i = 0; i < Cfg::kPositionRing; ++i) {
+      mbar_init(&s.v_ready[i], 1);
+      mbar_init(&s.voted[i], 2);  // one per warpgroup
+      mbar_init(&s.slot_free[i], 1);
     }
-    for (int i = 0; i < Cfg::kStagesK; ++i) mbar_init(&s.voted[i], 2);  // one per warpgroup
     fence_barrier_init();
   }
   __syncthreads();
 
   if (warpgroup == 0) {
-    reg_dealloc<24>();
-    if (threadIdx.x == 0) produce<kBf16, kHeadDim>(p, w, s);
+    reg_dealloc<Cfg::kProducerRegisters>();
+    if (threadIdx.x == 0) produce_k<kHeadDim>(p, w, s);
+    if (threadIdx.x == 32) produce_v<kHeadDim>(p, w, s);
   } else {
-    reg_alloc<240>();
+    reg_alloc<Cfg::kConsumerRegisters>();
     Consumer<kBf16, kHeadDim, kCausal, kSkip> c{p, w, s};
     c.wg = warpgroup - 1;
     c.tid = threadIdx.x % 128;

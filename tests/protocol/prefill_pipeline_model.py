@@ -1,17 +1,25 @@
 #!/usr/bin/env python3
 """Model check of the prefill kernel's barrier protocol (kernels/prefill/prefill_kernel.cuh).
 
-The producer and the two consumer warpgroups are modelled as coroutines over mbarriers with the
-hardware's parity-wait semantics (a wait for parity P returns once the barrier's current phase
-parity differs from P, so a waiter two phases behind is fooled), named turn barriers, and TMA
-copies that land after a random delay. Thousands of random interleavings, tile counts and skip
-patterns are run for the two main loops: the dense loop (pingpong turns, each tile's Q K^T issued
-with the previous tile's P V) and the voting loop (the next tile's Q K^T in flight during the vote
-on this one, the one after next issued on a skipped tile before the next lands and on a kept tile
-after its P V, which finishes in its own step; no turns), the latter with V always loaded and with
-dropped V loads, for 2, 3 and 4 K stages (SKIPSOFTMAX_K_STAGES; the kernel ships 3; with 1 the
-voting loop deadlocks, which the model finds and a static_assert refuses).
-Fails on a deadlock, or when a consumer reads a K or V stage that does not hold its tile.
+Actors: the K producer thread, the V producer thread and the two consumer warpgroups, as
+coroutines over mbarriers with the hardware's parity-wait semantics (a wait for parity P returns
+once the barrier's current phase parity differs from P, so a waiter two phases behind is fooled),
+named turn barriers, and TMA copies that land after a random delay. Thousands of random
+interleavings, tile counts and skip patterns are run for the dense loop (pingpong turns, each
+tile's Q K^T issued with the previous tile's P V) and for the voting loop (the next tile's Q K^T
+in flight during the vote on this one; the vote on the next tile taken in this tile's step; on a
+skipped tile the one after next issued before the next lands, on a kept tile after its P V).
+
+In voting CTAs a consumer that skips a tile never touches V: the V thread reads both verdicts of
+a tile from a ring of verdict slots and arrives on the tile's empty V barrier for each warpgroup
+that skipped it, and it waits for a copy to land before reusing its stage. The V copies complete
+on barriers indexed by position (a ring deeper than the V stages), so that a consumer which
+skipped ahead never waits on a barrier two phases behind. The K thread loads K of position t only
+once the V thread has read the verdicts of t - slots, so a slot is never overwritten unread. V is
+loaded for every tile (mode "load", SKIPSOFTMAX_PREFILL_DROP_V=0) or only for tiles some
+warpgroup keeps ("drop", the default).
+Fails on a deadlock, when a consumer reads a K or V stage that does not hold its tile, or when the
+V thread reads a verdict slot that was overwritten.
 """
 import random
 import sys
@@ -46,20 +54,21 @@ class Barrier:
         return (self.phase & 1) != parity
 
 
-def simulate(n_tiles, seed, mode, K_STAGES=3):
+def simulate(n_tiles, seed, mode, K_STAGES=3, SLOTS=8, READY=8):
     rng = random.Random(seed)
     vote = mode != "dense"
-    drop_v = mode == "skip-drop-v"
     full_k = [Barrier(1) for _ in range(K_STAGES)]
     empty_k = [Barrier(CONSUMER_WARPS) for _ in range(K_STAGES)]
-    full_v = [Barrier(1) for _ in range(V_STAGES)]
+    v_ready = [Barrier(1) for _ in range(READY)]  # indexed by position, not by stage
     empty_v = [Barrier(CONSUMER_WARPS) for _ in range(V_STAGES)]
-    voted = [Barrier(2) for _ in range(K_STAGES)]
-    verdict = [[False, False] for _ in range(K_STAGES)]
+    voted = [Barrier(2) for _ in range(SLOTS)]
+    slot_free = [Barrier(1) for _ in range(SLOTS)]
+    verdict = [[None, None] for _ in range(SLOTS)]
     k_holds, v_holds = [None] * K_STAGES, [None] * V_STAGES
     in_flight = []
     turn = [{"count": 0, "generation": 0} for _ in range(2)]
-    skips = [[vote and rng.random() < 0.6 for _ in range(n_tiles)] for _ in range(2)]
+    p_skip = rng.choice([0.1, 0.5, 0.9])
+    skips = [[vote and rng.random() < p_skip for _ in range(n_tiles)] for _ in range(2)]
 
     def turn_arrive(i):
         t = turn[i]
@@ -77,40 +86,52 @@ def simulate(n_tiles, seed, mode, K_STAGES=3):
         while not barrier.parity_done(parity):
             yield
 
-    def producer():
-        def load_k(pos):
+    def k_producer():
+        for pos in range(n_tiles):
             stage = pos % K_STAGES
+            if vote and pos >= SLOTS:  # consumers publish verdicts only on tiles whose K landed
+                yield from wait(slot_free[pos % SLOTS], ((pos // SLOTS) - 1) & 1)
             yield from wait(empty_k[stage], ((pos // K_STAGES) & 1) ^ 1)
             full_k[stage].arrive_expect_tx(1)
             in_flight.append(("k", stage, pos))
 
-        def load_v(pos):
-            stage, needed = pos % V_STAGES, True
-            if drop_v:
-                slot = pos % K_STAGES
-                yield from wait(voted[slot], (pos // K_STAGES) & 1)
-                needed = not (verdict[slot][0] and verdict[slot][1])
-            yield from wait(empty_v[stage], ((pos // V_STAGES) & 1) ^ 1)
-            if not needed:
-                full_v[stage].arrive()
-                return
-            full_v[stage].arrive_expect_tx(1)
-            in_flight.append(("v", stage, pos))
+    def v_producer():
+        keepers = {}  # position -> the warpgroups that keep it, read once from its verdict slot
 
-        ahead = K_STAGES - 1
-        for pos in range(min(ahead, n_tiles)):
-            yield from load_k(pos)
+        def kept_by(q):
+            if q not in keepers:
+                slot = q % SLOTS
+                yield from wait(voted[slot], (q // SLOTS) & 1)
+                assert verdict[slot] == [skips[0][q], skips[1][q]], "verdict slot overwritten"
+                keepers[q] = [wg for wg in (0, 1) if not verdict[slot][wg]]
+                slot_free[slot].arrive()
+            return keepers[q]
+
         for pos in range(n_tiles):
-            if pos + ahead < n_tiles:
-                yield from load_k(pos + ahead)
-            yield from load_v(pos)
+            stage = pos % V_STAGES
+            if vote and pos >= V_STAGES:
+                # The warpgroups that skipped the stage's last tile release it through this thread.
+                kept = yield from kept_by(pos - V_STAGES)
+                for wg in (0, 1):
+                    if wg not in kept:
+                        empty_v[stage].arrive(4)
+            yield from wait(empty_v[stage], ((pos // V_STAGES) & 1) ^ 1)
+            if pos >= V_STAGES:  # no consumer waited for a copy that nobody kept
+                q = pos - V_STAGES
+                yield from wait(v_ready[q % READY], (q // READY) & 1)
+            needed = True
+            if mode == "drop":
+                needed = bool((yield from kept_by(pos)))
+            if needed:
+                v_ready[pos % READY].arrive_expect_tx(1)
+                in_flight.append(("v", stage, pos))
+            else:
+                v_ready[pos % READY].arrive()
 
     def consumer(wg):
         yield from (vote_loop(wg) if vote else dense_loop(wg))
 
     def vote_loop(wg):
-        owed = 0
-
         def issue_qk(pos):  # wait for the tile's K; the product reads it until land_qk(pos)
             stage = pos % K_STAGES
             yield from wait(full_k[stage], (pos // K_STAGES) & 1)
@@ -120,45 +141,37 @@ def simulate(n_tiles, seed, mode, K_STAGES=3):
             yield
             empty_k[pos % K_STAGES].arrive(4)
 
-        def finish_pv(pos, v_stage):
-            yield from wait(full_v[v_stage], (pos // V_STAGES) & 1)
-            assert v_holds[v_stage] == pos, \
-                f"warpgroup {wg}: V stage {v_stage} holds {v_holds[v_stage]}, not {pos}"
+        def publish(q):  # the verdict on position q (the K thread saw slot q - SLOTS read)
+            slot = q % SLOTS
             yield
-            empty_v[v_stage].arrive(4)
+            verdict[slot][wg] = skips[wg][q]
+            voted[slot].arrive()
 
-        # Two Q K^T in flight: the next tile's before the vote on this one, and on a skipped
-        # tile the one after next before the next lands.
         yield from issue_qk(0)
         if n_tiles > 1:
             yield from issue_qk(1)
         yield from land_qk(0)
+        yield from publish(0)
         for pos in range(n_tiles):
             v_stage, has_next, issue = pos % V_STAGES, pos + 1 < n_tiles, pos + 2 < n_tiles
             yield
-            skip = skips[wg][pos]
-            if drop_v:
-                if owed & (1 << v_stage):
-                    yield from wait(full_v[v_stage], ((pos - V_STAGES) // V_STAGES) & 1)
-                    empty_v[v_stage].arrive(4)
-                    owed &= ~(1 << v_stage)
-                slot = pos % K_STAGES
-                verdict[slot][wg] = skip
-                voted[slot].arrive()
-            if skip:
+            if skips[wg][pos]:
                 if issue:
                     yield from issue_qk(pos + 2)
-                if drop_v:
-                    owed |= 1 << v_stage
-                else:
-                    yield from wait(full_v[v_stage], (pos // V_STAGES) & 1)
-                    empty_v[v_stage].arrive(4)
                 if has_next:
                     yield from land_qk(pos + 1)
+                    yield from publish(pos + 1)
             else:
                 if has_next:
                     yield from land_qk(pos + 1)
-                yield from finish_pv(pos, v_stage)
+                yield from wait(v_ready[pos % READY], (pos // READY) & 1)
+                assert v_holds[v_stage] == pos, \
+                    f"warpgroup {wg}: V stage {v_stage} holds {v_holds[v_stage]}, not {pos}"
+                if has_next:  # the vote on the next tile while this P V runs
+                    yield from publish(pos + 1)
+                yield
+                assert v_holds[v_stage] == pos, "V stage overwritten during P V"
+                empty_v[v_stage].arrive(4)
                 if issue:
                     yield from issue_qk(pos + 2)
 
@@ -172,7 +185,7 @@ def simulate(n_tiles, seed, mode, K_STAGES=3):
             assert k_holds[k_stage] == pos, f"K stage {k_stage} holds {k_holds[k_stage]}, not {pos}"
             yield from turn_sync(wg)
             if pending:
-                yield from wait(full_v[pending_stage], ((pos - 1) // V_STAGES) & 1)
+                yield from wait(v_ready[(pos - 1) % READY], ((pos - 1) // READY) & 1)
                 assert v_holds[pending_stage] == pos - 1, \
                     f"warpgroup {wg}: V stage {pending_stage} holds {v_holds[pending_stage]}"
             turn_arrive(1 - wg)
@@ -183,13 +196,13 @@ def simulate(n_tiles, seed, mode, K_STAGES=3):
                 empty_v[pending_stage].arrive(4)
             pending, pending_stage = True, v_stage
         if pending:
-            yield from wait(full_v[pending_stage], ((n_tiles - 1) // V_STAGES) & 1)
+            yield from wait(v_ready[(n_tiles - 1) % READY], ((n_tiles - 1) // READY) & 1)
             assert v_holds[pending_stage] == n_tiles - 1
             empty_v[pending_stage].arrive(4)
         if wg == 0:
             yield from turn_sync(0)
 
-    actors = {"producer": producer(), "wg0": consumer(0), "wg1": consumer(1)}
+    actors = {"k": k_producer(), "v": v_producer(), "wg0": consumer(0), "wg1": consumer(1)}
     finished = set()
     for _ in range(500000):
         if len(finished) == len(actors):
@@ -201,7 +214,7 @@ def simulate(n_tiles, seed, mode, K_STAGES=3):
                 full_k[stage].complete_tx(1)
             else:
                 v_holds[stage] = tile
-                full_v[stage].complete_tx(1)
+                v_ready[tile % READY].complete_tx(1)
             continue
         name = rng.choice([a for a in actors if a not in finished])
         try:
@@ -216,15 +229,19 @@ def simulate(n_tiles, seed, mode, K_STAGES=3):
 def main():
     failures, runs = 0, 0
     for k_stages in (2, 3, 4):
-        for mode in ("dense", "skip", "skip-drop-v"):
-            for seed in range(1000):
-                n = random.Random(seed).randint(1, 12)
-                problem = simulate(n, seed, mode, k_stages)
-                runs += 1
-                if problem:
-                    failures += 1
-                    if failures <= 5:
-                        print(f"{mode}, {k_stages} K stages, {n} tiles, seed {seed}: {problem}")
+        for slots, ready in ((4, 8), (8, 8), (8, 4), (16, 8)):
+            for mode in ("dense", "load", "drop"):
+                for seed in range(300):
+                    n = random.Random(seed).randint(1, 24)
+                    problem = simulate(n, seed, mode, k_stages, slots, ready)
+                    runs += 1
+                    if problem:
+                        failures += 1
+                        if failures <= 8:
+                            print(f"{mode}, {k_stages} K stages, rings {slots}/{ready}, "
+                                  f"{n} tiles, seed {seed}: {problem}")
+    # The kernel ships 3 K stages and rings of 8; with 1 K stage the voting loop deadlocks (it holds
+    # the next tile's K while waiting for the one after), which a static_assert refuses.
     print(f"{failures} failures in {runs} random runs")
     return 1 if failures else 0
 
