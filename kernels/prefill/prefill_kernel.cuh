@@ -218,8 +218,9 @@ __device__ __forceinline__ void produce_k(const Params& p, const CtaWork& w,
 }
 
 // In a voting CTA a warpgroup that skips a tile never touches its V: this thread reads both
-// verdicts of every tile and releases its stage on behalf of the warpgroups that skipped it, and
-// it waits for a copy to land before reusing its stage (no consumer may have waited for it).
+// verdicts of every tile, loads its V only if a warpgroup keeps it (kDropSkippedV), releases its
+// stage on behalf of the warpgroups that skipped it, and waits for a copy to land before reusing
+// its stage (no consumer may have waited for it).
 template <int kHeadDim>
 __device__ __forceinline__ void produce_v(const Params& p, const CtaWork& w,
                                           SharedStorage<kHeadDim>& s) {
