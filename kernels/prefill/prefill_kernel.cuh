@@ -39,10 +39,11 @@ struct TileConfig {
   static constexpr int kStagesV = 2;
   // Rings indexed by KV position: the V copies' full barriers and the verdict slots. In a voting
   // CTA a consumer waits only for the V of tiles it keeps, so it may run several tiles ahead of
-  // the V copies; a ring this deep keeps its parity waits unambiguous (the slots bound the lead).
+  // the V copies; a ring this deep keeps its parity waits unambiguous (produce_k bounds the lead).
   static constexpr int kPositionRing = 8;
   static constexpr int kBoxCols = 64;  // 16-bit elements per 128-byte swizzled row
   static constexpr int kDBoxes = kHeadDim / kBoxCols;
+  static constexpr std::uint32_t kKvTileBytes = kBlockN * kHeadDim * 2;  // one K or V tile
   static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
   // setmaxnreg moves registers between the warpgroups within what the CTA got at launch (65536 /
   // 384, rounded down to 8: 168 a thread); a consumer's allocation waits until the producer's
@@ -212,7 +213,7 @@ __device__ __forceinline__ void produce_k(const Params& p, const CtaWork& w,
     // waits until the V thread has read the verdicts of t - ring, whose slot t reuses.
     if (w.voting && pos >= kRing) mbar_wait(&s.slot_free[pos % kRing], ((pos / kRing) - 1) & 1);
     mbar_wait(&s.empty_k[stage], ((pos / Cfg::kStagesK) & 1) ^ 1);
-    mbar_arrive_expect_tx(&s.full_k[stage], Cfg::kBlockN * kHeadDim * 2);
+    mbar_arrive_expect_tx(&s.full_k[stage], Cfg::kKvTileBytes);
     load_kv_tile<kHeadDim>(p, w, &p.tma_k, s.k[stage], &s.full_k[stage], pos);
   }
 }
@@ -255,7 +256,7 @@ __device__ __forceinline__ void produce_v(const Params& p, const CtaWork& w,
     }
     std::uint64_t* ready = &s.v_ready[pos % kRing];
     if (!(w.voting && kDropSkippedV) || keepers(pos) != 0) {
-      mbar_arrive_expect_tx(ready, Cfg::kBlockN * kHeadDim * 2);
+      mbar_arrive_expect_tx(ready, Cfg::kKvTileBytes);
       load_kv_tile<kHeadDim>(p, w, &p.tma_v, s.v[stage], ready, pos);
     } else {
       mbar_arrive(ready);
