@@ -88,6 +88,17 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
 }
 
+// wgmma_wait, kept behind the computation of `dep`. ptxas hoists a wait above independent work
+// (its scheduler does not know that the wait blocks), which turns a softmax meant to overlap a
+// product into a wait for it. A branch on `dep` ends the basic block, and ptxas does not move the
+// wait above it. It is never taken: `dep` is a sum of exponentials, and NVIDIA arithmetic never
+// yields the bit pattern 0xffffffff (its NaN is 0x7fffffff).
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait_behind(float dep) {
+  if (__float_as_uint(dep) == 0xffffffffu) __trap();
+  wgmma_wait<kPending>();
+}
+
 // Pins registers that an in-flight wgmma reads or writes: the compiler may not move their reads,
 // writes or copies across this point (call it around issue and after the wait).
 template <int N>

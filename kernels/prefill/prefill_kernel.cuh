@@ -650,6 +650,15 @@ struct Consumer {
   template <int kPending>
   __device__ __forceinline__ void land_qk(float (&sc)[kN / 2], int pos) {
     hopper::wgmma_wait<kPending>();
+    release_k(sc, pos);
+  }
+  // land_qk<0> kept behind the computation of `dep` (a kept tile's row sums), so that the kept
+  // tile's softmax runs while that Q K^T is in flight: a plain wait was hoisted above it.
+  __device__ __forceinline__ void land_qk_behind(float (&sc)[kN / 2], int pos, float dep) {
+    hopper::wgmma_wait_behind<0>(dep);
+    release_k(sc, pos);
+  }
+  __device__ __forceinline__ void release_k(float (&sc)[kN / 2], int pos) {
     hopper::fence_registers(sc);
     release(&s.empty_k[pos % Cfg::kStagesK]);
   }
@@ -690,7 +699,7 @@ struct Consumer {
       softmax(cur, mx, corr);
       // The next scores must land before O is rescaled: ptxas serializes wgmma when registers of
       // a product issued in the same pipeline stage are written while another one is in flight.
-      if constexpr (kNext) land_qk<0>(next, pos + 1);
+      if constexpr (kNext) land_qk_behind(next, pos + 1, l[0] + l[1]);
       rescale_o(corr);
       convert_p(cur);
       start_pv(pos, tile);
