@@ -41,6 +41,11 @@ struct TileConfig {
   // CTA a consumer waits only for the V of tiles it keeps, so it may run several tiles ahead of
   // the V copies; a ring this deep keeps its parity waits unambiguous (produce_k bounds the lead).
   static constexpr int kPositionRing = 8;
+  // Whether a kept tile's softmax overlaps the next Q K^T in the voting loop (land_qk_behind).
+  // Measured on the H200 (docs/PERFORMANCE.md, run 55): at head dim 256 it made ptxas spill in the
+  // dense main loop of the same kernel (the guard 2.3% slower, the voting loop 1-2%), at head dim
+  // 64 it gained nothing at 54-75% and cost 2-4% below; those head dims wait before the softmax.
+  static constexpr bool kKeptSoftmaxOverlap = kHeadDim == 128;
   static constexpr int kBoxCols = 64;  // 16-bit elements per 128-byte swizzled row
   static constexpr int kDBoxes = kHeadDim / kBoxCols;
   static constexpr std::uint32_t kKvTileBytes = kBlockN * kHeadDim * 2;  // one K or V tile
@@ -699,7 +704,8 @@ struct Consumer {
       softmax(cur, mx, corr);
       // The next scores must land before O is rescaled: ptxas serializes wgmma when registers of
       // a product issued in the same pipeline stage are written while another one is in flight.
-      if constexpr (kNext) land_qk_behind(next, pos + 1, l[0] + l[1]);
+      if constexpr (kNext && Cfg::kKeptSoftmaxOverlap) land_qk_behind(next, pos + 1, l[0] + l[1]);
+      if constexpr (kNext && !Cfg::kKeptSoftmaxOverlap) land_qk<0>(next, pos + 1);
       rescale_o(corr);
       convert_p(cur);
       start_pv(pos, tile);
