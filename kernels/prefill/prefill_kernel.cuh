@@ -704,8 +704,13 @@ struct Consumer {
       softmax(cur, mx, corr);
       // The next scores must land before O is rescaled: ptxas serializes wgmma when registers of
       // a product issued in the same pipeline stage are written while another one is in flight.
-      if constexpr (kNext && Cfg::kKeptSoftmaxOverlap) land_qk_behind(next, pos + 1, l[0] + l[1]);
-      if constexpr (kNext && !Cfg::kKeptSoftmaxOverlap) land_qk<0>(next, pos + 1);
+      if constexpr (kNext) {
+        if constexpr (Cfg::kKeptSoftmaxOverlap) {
+          land_qk_behind(next, pos + 1, l[0] + l[1]);
+        } else {
+          land_qk<0>(next, pos + 1);
+        }
+      }
       rescale_o(corr);
       convert_p(cur);
       start_pv(pos, tile);
