@@ -38,7 +38,7 @@ struct PrefillArguments {
   bool kv_history = false;  // some sequence has kv_len > q_len (chunked prefill)
   int num_heads_q = 0;
   int num_heads_kv = 0;
-  bool causal = true;  // bottom-right aligned
+  bool causal = true;                   // bottom-right aligned
   // Sliding window (local layers such as Gemma 3's): query at position p sees keys
   // [p - window + 1, p]. Needs causal; 0: none. The dense kernel runs windowed launches: skipping
   // is not applied to local layers.
@@ -65,14 +65,11 @@ TileShape prefill_vote_tiles(int head_dim, KvOrder order);
 // Empty when the kernels can run these arguments; else the reason.
 std::string can_implement(const PrefillArguments& args);
 
-// Bytes of device workspace run_prefill can use: the persistent kernels' scheduler counter.
+// Bytes of device workspace run_prefill needs (none today; part of the contract).
 std::size_t prefill_workspace_size(const PrefillArguments& args);
 
 // Launches the chosen kernel on `stream` (a cudaStream_t). Throws std::invalid_argument when
 // can_implement fails and std::runtime_error on a CUDA error. Returns the kernel it launched.
-// `workspace`: prefill_workspace_size bytes of device memory, zeroed once when allocated (every
-// launch leaves it zeroed), used by one launch at a time; null: the library keeps one per device
-// and stream, allocated on the stream's first launch (so not inside a CUDA graph capture).
 KernelChoice run_prefill(const PrefillArguments& args, void* workspace, void* stream);
 
 // Whether this process sees a GPU the kernels run on (compute capability 9.0).

@@ -71,13 +71,6 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, s
 
 // Orders this thread's generic-proxy shared-memory writes before later async-proxy reads (wgmma,
 // TMA) of the same memory.
-// threadIdx.x through a volatile read: the compiler cannot hoist what is computed from it.
-__device__ __forceinline__ unsigned opaque_thread_index() {
-  unsigned t;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-  return t;
-}
-
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }

@@ -6,11 +6,8 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <map>
-#include <mutex>
 #include <sstream>
 #include <stdexcept>
-#include <utility>
 
 #include "../common/families.h"
 #include "../common/threshold_host.h"
@@ -69,43 +66,12 @@ CUtensorMap make_tensor_map(const void* base, std::int64_t rows, int heads, int 
   return map;
 }
 
-constexpr std::size_t kSchedulerBytes = 2 * sizeof(unsigned);
-
-struct DeviceInfo {
-  int device = 0;
-  int sm_count = 0;
-};
-
-DeviceInfo current_device() {
-  DeviceInfo d;
-  check_cuda(cudaGetDevice(&d.device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, d.device),
-             "cudaDeviceGetAttribute(multiProcessorCount)");
-  return d;
-}
-
-// The scheduler counter of launches without a workspace: one per device and stream, since the
-// launches of one stream never overlap.
-unsigned* library_scheduler(int device, cudaStream_t stream) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, cudaStream_t>, unsigned*> counters;
-  const std::lock_guard<std::mutex> lock(mutex);
-  unsigned*& counter = counters[{device, stream}];
-  if (counter == nullptr) {
-    void* ptr = nullptr;
-    check_cuda(cudaMalloc(&ptr, kSchedulerBytes), "cudaMalloc(scheduler counter)");
-    check_cuda(cudaMemset(ptr, 0, kSchedulerBytes), "cudaMemset(scheduler counter)");
-    counter = static_cast<unsigned*>(ptr);
-  }
-  return counter;
-}
-
 template <bool kSkip>
-void launch(const Params& params, const PrefillArguments& a, int sm_count, cudaStream_t stream) {
-  common::dispatch_family(
-      a.dtype == DType::kBF16, a.head_dim, "prefill", [&]<bool kBf16, int kD>() {
-        prefill::launch_family<kBf16, kD, kSkip>(params, a.causal, sm_count, stream);
-      });
+void launch(const Params& params, const PrefillArguments& a, cudaStream_t stream) {
+  common::dispatch_family(a.dtype == DType::kBF16, a.head_dim, "prefill",
+                          [&]<bool kBf16, int kD>() {
+                            prefill::launch_family<kBf16, kD, kSkip>(params, a.causal, stream);
+                          });
 }
 
 bool paged(const PrefillArguments& a) { return a.paged_kv.k_pages != nullptr; }
@@ -173,9 +139,9 @@ std::string can_implement(const PrefillArguments& a) {
   return why.str();
 }
 
-std::size_t prefill_workspace_size(const PrefillArguments&) { return kSchedulerBytes; }
+std::size_t prefill_workspace_size(const PrefillArguments&) { return 0; }
 
-KernelChoice run_prefill(const PrefillArguments& a, void* workspace, void* stream) {
+KernelChoice run_prefill(const PrefillArguments& a, void*, void* stream) {
   if (const std::string why = can_implement(a); !why.empty()) {
     throw std::invalid_argument("prefill: " + why);
   }
@@ -206,11 +172,6 @@ KernelChoice run_prefill(const PrefillArguments& a, void* workspace, void* strea
   p.num_heads_q = a.num_heads_q;
   p.num_heads_kv = a.num_heads_kv;
   p.num_m_blocks = (a.max_seqlen_q + kBlockM - 1) / kBlockM;
-  const std::int64_t work = static_cast<std::int64_t>(p.num_m_blocks) * a.batch * a.num_heads_q;
-  if (work >= (std::int64_t{1} << 31) - (std::int64_t{1} << 20)) {
-    throw std::invalid_argument("prefill: more than 2^31 work tiles (query tiles x batch x heads)");
-  }
-  p.num_work = static_cast<int>(work);
   constexpr double kLog2e = 1.4426950408889634;
   const double scale = a.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
   p.scale_log2 = static_cast<float>(scale * kLog2e);
@@ -218,13 +179,10 @@ KernelChoice run_prefill(const PrefillArguments& a, void* workspace, void* strea
   p.threshold = common::to_device(a.threshold);
   p.stats = a.stats;
   const auto s = static_cast<cudaStream_t>(stream);
-  const DeviceInfo device = current_device();
-  p.scheduler = workspace != nullptr ? static_cast<unsigned*>(workspace)
-                                     : library_scheduler(device.device, s);
   if (choice == KernelChoice::kSkip) {
-    launch<true>(p, a, device.sm_count, s);
+    launch<true>(p, a, s);
   } else {
-    launch<false>(p, a, device.sm_count, s);
+    launch<false>(p, a, s);
   }
   return choice;
 }

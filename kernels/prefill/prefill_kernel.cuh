@@ -1,13 +1,11 @@
 // The Hopper prefill kernel: FlashAttention with warp specialization, and its skip-softmax twin.
 //
-// The kernel is persistent: one CTA per SM runs work tiles of kBlockM = 128 query rows of one
-// query head, handed out longest first by a dynamic scheduler (an atomic counter). Warpgroup 0 is
-// the producer: one thread fetches the work and streams Q and the K tiles, another the V tiles,
-// through multi-stage shared-memory pipelines with TMA, each stage guarded by a full and an empty
-// mbarrier; the pipelines run on from one work tile into the next. Warpgroups 1 and 2 are
-// consumers, 64 query rows each: S = Q K^T and O += P V run on the tensor cores with wgmma (S from
-// shared memory, P from registers), and the next tile's Q K^T is issued before this tile's P V so
-// that the softmax of one overlaps the matrix products of the other.
+// One CTA computes a tile of kBlockM = 128 query rows of one query head. Warpgroup 0 is the
+// producer: one thread streams Q once and K/V tiles through multi-stage shared-memory pipelines
+// with TMA, each stage guarded by a full and an empty mbarrier. Warpgroups 1 and 2 are consumers,
+// 64 query rows each: S = Q K^T and O += P V run on the tensor cores with wgmma (S from shared
+// memory, P from registers), and the next tile's Q K^T is issued before this tile's P V so that
+// the softmax of one overlaps the matrix products of the other.
 //
 // Skip variant (kSkip): after each S tile every consumer warpgroup votes. The tile is skipped when
 // rowmax(S) - max(m_run, rowmax(S)) < ln(lambda) / scale (raw scores; the same test as the
@@ -70,7 +68,6 @@ struct alignas(1024) SharedStorage {
   std::uint16_t k[Cfg::kStagesK][Cfg::kBlockN * kHeadDim];
   std::uint16_t v[Cfg::kStagesV][Cfg::kBlockN * kHeadDim];
   std::uint64_t full_q;
-  std::uint64_t empty_q;  // both warpgroups landed their last Q K^T of a work tile
   std::uint64_t full_k[Cfg::kStagesK];
   std::uint64_t empty_k[Cfg::kStagesK];
   std::uint64_t v_ready[Cfg::kPositionRing];  // V of position t landed (or was dropped): t % ring
@@ -80,11 +77,6 @@ struct alignas(1024) SharedStorage {
   std::uint64_t voted[Cfg::kPositionRing];
   std::uint64_t slot_free[Cfg::kPositionRing];
   int verdict[Cfg::kPositionRing][2];
-  // The CTA's j-th work tile in slot j % 2 (its scheduler index and its first running position),
-  // published by the K thread, read by the V thread and every consumer warp.
-  std::uint64_t work_full[2];
-  std::uint64_t work_empty[2];
-  int work[2][2];
 };
 static_assert(sizeof(SharedStorage<256>) <= 227 * 1024, "shared memory of an H100/H200 SM");
 
@@ -115,49 +107,35 @@ using common::lambda_for;
 
 // Where one CTA's work lies: its query rows, its KV tiles, and the sequence they belong to.
 struct CtaWork {
-  int seq, head, kv_head;
+  int head, kv_head;
   int q_start, q_len, kv_start, kv_len;
   int m_block;
   int first_tile;  // the first KV tile of the CTA's range (past the sliding window's left edge)
-  int n_tiles;     // KV tiles the work tile visits, in the order of tile_at
-  // The CTA's running KV position of the work tile's first tile: stages, rings and parities are
-  // indexed by it, so that the pipelines run on across the CTA's work tiles.
-  int base;
+  int n_tiles;     // KV tiles the CTA visits, in the order of tile_at
   float skip_gap;  // raw-score gap below which a row votes skip: log2(lambda) / scale_log2
   bool voting;     // skip kernel and lambda > 0 for this sequence
   // The visit order (kv_tile_at of tiling.h) as a multiply-add, computed once: per tile it cost
   // instructions the consumers' loops are short of.
   int order_first, order_base, order_step;
 
-  // The KV tile visited at the running position `g` (base <= g < base + n_tiles).
-  __device__ int tile_at(int g) const {
-    return g == base ? order_first : order_base + order_step * g;
+  // The KV tile visited at `position` (0 <= position < n_tiles).
+  __device__ int tile_at(int position) const {
+    return position == 0 ? order_first : order_base + order_step * position;
   }
-  __device__ int end() const { return base + n_tiles; }
 };
 
-// The work tile of scheduler index `index` starting at running position `base`; false when its
-// query tile lies past its sequence (ragged batches). Index order, fastest first: the query heads
-// of a GQA group (they read the same K/V tiles at the same time), the query tiles from the last
-// one down (causal tiles at the end of a sequence are the longest: they go first), the KV heads,
-// the sequences. The CTAs in flight thus share one KV head's K/V in L2: with the query tiles
-// outermost they spanned every KV head, and at 32k the dense kernel lost 10% (run 58).
 template <int kHeadDim, bool kCausal, bool kSkip>
-__device__ __forceinline__ bool find_work(const Params& p, int index, int base, CtaWork& w) {
+__device__ __forceinline__ bool find_work(const Params& p, CtaWork& w) {
   using Cfg = TileConfig<kHeadDim>;
-  const int group = p.num_heads_q / p.num_heads_kv;
-  const int rest = index / group;
-  const int kv_rest = rest / p.num_m_blocks;
-  w.kv_head = kv_rest % p.num_heads_kv;
-  w.seq = kv_rest / p.num_heads_kv;
-  w.head = w.kv_head * group + index % group;
-  w.m_block = p.num_m_blocks - 1 - rest % p.num_m_blocks;
-  w.base = base;
-  w.n_tiles = 0;
-  w.q_start = p.cu_seqlens_q[w.seq];
-  w.q_len = p.cu_seqlens_q[w.seq + 1] - w.q_start;
-  w.kv_start = p.cu_seqlens_k[w.seq];
-  w.kv_len = p.cu_seqlens_k[w.seq + 1] - w.kv_start;
+  const int seq = blockIdx.z;
+  w.head = blockIdx.y;
+  w.kv_head = w.head / (p.num_heads_q / p.num_heads_kv);
+  // Causal tiles at the end of a sequence are the longest: launch them first.
+  w.m_block = p.num_m_blocks - 1 - static_cast<int>(blockIdx.x);
+  w.q_start = p.cu_seqlens_q[seq];
+  w.q_len = p.cu_seqlens_q[seq + 1] - w.q_start;
+  w.kv_start = p.cu_seqlens_k[seq];
+  w.kv_len = p.cu_seqlens_k[seq + 1] - w.kv_start;
   if (w.m_block * Cfg::kBlockM >= w.q_len) return false;
   const int q_end = min((w.m_block + 1) * Cfg::kBlockM, w.q_len);
   const int keys = kCausal ? w.kv_len - w.q_len + q_end : w.kv_len;
@@ -169,7 +147,7 @@ __device__ __forceinline__ bool find_work(const Params& p, int index, int base, 
   }
   w.n_tiles = (keys + Cfg::kBlockN - 1) / Cfg::kBlockN - w.first_tile;
   w.order_first = w.order_base = w.first_tile;
-  w.order_step = 1;       // forward
+  w.order_step = 1;  // forward
   if (p.kv_order == 1) {  // reverse: the diagonal first
     w.order_first += w.n_tiles - 1;
     w.order_base += w.n_tiles - 1;
@@ -178,7 +156,6 @@ __device__ __forceinline__ bool find_work(const Params& p, int index, int base, 
     w.order_base += w.n_tiles;
     w.order_step = -1;
   }
-  w.order_base -= w.order_step * base;  // tile_at takes running positions
   w.skip_gap = -__builtin_huge_valf();
   w.voting = false;
   if constexpr (kSkip) {
@@ -197,10 +174,10 @@ __device__ __forceinline__ bool find_work(const Params& p, int index, int base, 
 template <int kHeadDim>
 __device__ __forceinline__ void load_kv_tile(const Params& p, const CtaWork& w,
                                              const CUtensorMap* map, std::uint16_t* dst,
-                                             std::uint64_t* bar, int g) {
+                                             std::uint64_t* bar, int pos) {
   using Cfg = TileConfig<kHeadDim>;
   using hopper::tma_load_3d;
-  const int tile = w.tile_at(g);
+  const int tile = w.tile_at(pos);
   if (p.page_table == nullptr) {
     for (int b = 0; b < Cfg::kDBoxes; ++b) {
       tma_load_3d(dst + b * Cfg::kBlockN * Cfg::kBoxCols, map, bar, b * Cfg::kBoxCols, w.kv_head,
@@ -208,7 +185,7 @@ __device__ __forceinline__ void load_kv_tile(const Params& p, const CtaWork& w,
     }
     return;
   }
-  const int* pages = p.page_table + w.seq * p.max_pages_per_seq;
+  const int* pages = p.page_table + blockIdx.z * p.max_pages_per_seq;
   const int page_size = 1 << p.page_shift;
   const int box = min(page_size, Cfg::kBlockN);
   const int last_box = (w.kv_len - 1) / box * box;
@@ -222,136 +199,72 @@ __device__ __forceinline__ void load_kv_tile(const Params& p, const CtaWork& w,
   }
 }
 
-// Publishes the CTA's j-th work tile (the scheduler index, or num_work for "no more work") into
-// slot j % 2 once every reader has taken the work tile two before it.
+// The producer warpgroup has two threads: one copies Q and the K tiles, the other the V tiles
+// (produce_v), so that a K copy never waits for a V stage or a verdict.
 template <int kHeadDim>
-__device__ __forceinline__ void publish_work(SharedStorage<kHeadDim>& s, int j, int index,
-                                             int base) {
-  const int slot = j % 2;
-  hopper::mbar_wait(&s.work_empty[slot], ((j / 2) & 1) ^ 1);
-  s.work[slot][0] = index;
-  s.work[slot][1] = base;
-  hopper::mbar_arrive(&s.work_full[slot]);
-}
-
-// The CTA's j-th work tile: its scheduler index, and its first running position in `base`, so
-// that the readers carry nothing from one work tile to the next. The reader then frees the slot:
-// the V thread for itself, lane 0 of each consumer warp for its warp.
-template <int kHeadDim>
-__device__ __forceinline__ int take_work(SharedStorage<kHeadDim>& s, int j, int& base) {
-  hopper::mbar_wait(&s.work_full[j % 2], (j / 2) & 1);
-  base = s.work[j % 2][1];
-  return s.work[j % 2][0];
-}
-
-// The producer warpgroup has two threads: one fetches the CTA's work and copies Q and the K tiles,
-// the other the V tiles (produce_v), so that a K copy never waits for a V stage or a verdict.
-template <int kHeadDim, bool kCausal, bool kSkip>
-__device__ __forceinline__ void produce_k(const Params& p, SharedStorage<kHeadDim>& s) {
+__device__ __forceinline__ void produce_k(const Params& p, const CtaWork& w,
+                                          SharedStorage<kHeadDim>& s) {
   using Cfg = TileConfig<kHeadDim>;
   using namespace hopper;
-  constexpr int kRing = Cfg::kPositionRing;
-  // The first work tile of every CTA is its block index; later ones come from the counter.
-  const auto fetch = [&] { return static_cast<int>(gridDim.x + atomicAdd(p.scheduler, 1u)); };
-  int index = blockIdx.x;
-  int base = 0;
-  for (int j = 0;; ++j) {
-    CtaWork w;
-    while (index < p.num_work && !find_work<kHeadDim, kCausal, kSkip>(p, index, base, w)) {
-      index = fetch();
-    }
-    publish_work(s, j, min(index, p.num_work), base);
-    if (index >= p.num_work) break;
-    const int next = fetch();  // in flight while this work tile's copies are issued
-    const auto load_k = [&](int g) {
-      const int stage = g % Cfg::kStagesK;
-      // Skip kernels: K of position g waits until the V thread has read the verdicts of g - ring,
-      // whose slot g reuses (guarded work tiles publish theirs too): a slot is never overwritten
-      // unread, and no consumer runs a ring ahead of the V copies.
-      if (kSkip && g >= kRing) mbar_wait(&s.slot_free[g % kRing], ((g / kRing) - 1) & 1);
-      mbar_wait(&s.empty_k[stage], ((g / Cfg::kStagesK) & 1) ^ 1);
-      mbar_arrive_expect_tx(&s.full_k[stage], Cfg::kKvTileBytes);
-      load_kv_tile<kHeadDim>(p, w, &p.tma_k, s.k[stage], &s.full_k[stage], g);
-    };
-    // Q is loaded once both warpgroups landed the previous work tile's last Q K^T, behind the
-    // first K tile (whose stage frees earlier).
-    if (w.n_tiles > 0) load_k(w.base);
-    mbar_wait(&s.empty_q, (j & 1) ^ 1);
-    mbar_arrive_expect_tx(&s.full_q, Cfg::kBlockM * kHeadDim * 2);
-    for (int b = 0; b < Cfg::kDBoxes; ++b) {
-      tma_load_3d(s.q + b * Cfg::kBlockM * Cfg::kBoxCols, &p.tma_q, &s.full_q, b * Cfg::kBoxCols,
-                  w.head, w.q_start + w.m_block * Cfg::kBlockM);
-    }
-    for (int g = w.base + 1; g < w.end(); ++g) load_k(g);
-    base = w.end();
-    index = next;
+  mbar_arrive_expect_tx(&s.full_q, Cfg::kBlockM * kHeadDim * 2);
+  for (int b = 0; b < Cfg::kDBoxes; ++b) {
+    tma_load_3d(s.q + b * Cfg::kBlockM * Cfg::kBoxCols, &p.tma_q, &s.full_q, b * Cfg::kBoxCols,
+                w.head, w.q_start + w.m_block * Cfg::kBlockM);
   }
-  // The last CTA to finish leaves the counter at zero for the next launch: every CTA has taken
-  // its last index before it counts itself done.
-  __threadfence();
-  if (atomicAdd(p.scheduler + 1, 1u) == gridDim.x - 1) {
-    atomicExch(p.scheduler, 0u);
-    atomicExch(p.scheduler + 1, 0u);
+  constexpr int kRing = Cfg::kPositionRing;
+  for (int pos = 0; pos < w.n_tiles; ++pos) {
+    const int stage = pos % Cfg::kStagesK;
+    // A consumer publishes its verdict on a tile once the tile's K has landed: K of position t
+    // waits until the V thread has read the verdicts of t - ring, whose slot t reuses.
+    if (w.voting && pos >= kRing) mbar_wait(&s.slot_free[pos % kRing], ((pos / kRing) - 1) & 1);
+    mbar_wait(&s.empty_k[stage], ((pos / Cfg::kStagesK) & 1) ^ 1);
+    mbar_arrive_expect_tx(&s.full_k[stage], Cfg::kKvTileBytes);
+    load_kv_tile<kHeadDim>(p, w, &p.tma_k, s.k[stage], &s.full_k[stage], pos);
   }
 }
 
-// In a voting work tile a warpgroup that skips a tile never touches its V: this thread reads both
+// In a voting CTA a warpgroup that skips a tile never touches its V: this thread reads both
 // verdicts of every tile, loads its V only if a warpgroup keeps it (kDropSkippedV), releases its
-// stage on behalf of the warpgroups that skipped it (those of the work tile's last stages at its
-// end), and waits for a copy to land before reusing its stage (no consumer may have waited for
-// it). In the skip kernels a guarded work tile's positions are kept by both warpgroups, which
-// publish them all the same: this thread reads them a V stage late, without holding its copies.
-template <int kHeadDim, bool kCausal, bool kSkip>
-__device__ __forceinline__ void produce_v(const Params& p, SharedStorage<kHeadDim>& s) {
+// stage on behalf of the warpgroups that skipped it, and waits for a copy to land before reusing
+// its stage (no consumer may have waited for it).
+template <int kHeadDim>
+__device__ __forceinline__ void produce_v(const Params& p, const CtaWork& w,
+                                          SharedStorage<kHeadDim>& s) {
   using Cfg = TileConfig<kHeadDim>;
   using namespace hopper;
   constexpr int kRing = Cfg::kPositionRing;
-  for (int j = 0;; ++j) {
-    int base;
-    const int index = take_work(s, j, base);
-    mbar_arrive(&s.work_empty[j % 2]);
-    if (index >= p.num_work) return;
-    CtaWork w;
-    find_work<kHeadDim, kCausal, kSkip>(p, index, base, w);
-    unsigned kept_bits = 0;  // bit 2 (read - t) + g: warpgroup g keeps position t
-    int read = w.base - 1;   // verdicts read for the positions up to here
-    // Bit g set when warpgroup g keeps position t (read - 16 < t; t never lags read by more than
-    // 2).
-    const auto keepers = [&](int t) {
-      while (read < t) {
-        const int q = ++read, slot = q % kRing;
-        mbar_wait(&s.voted[slot], (q / kRing) & 1);
-        const unsigned bits =
-            w.voting ? (s.verdict[slot][0] ? 0u : 1u) | (s.verdict[slot][1] ? 0u : 2u) : 3u;
-        mbar_arrive(&s.slot_free[slot]);
-        kept_bits = (kept_bits << 2) | bits;
-      }
-      return (kept_bits >> (2 * (read - t))) & 3u;
-    };
-    const auto release_skippers = [&](int t) {
-      const unsigned kept = keepers(t);
+  unsigned kept_bits = 0;  // bit 2 (read - t) + g: warpgroup g keeps position t
+  int read = -1;           // verdicts read for the positions up to here
+  // Bit g set when warpgroup g keeps position t (read - 16 < t; t never lags read by more than 2).
+  const auto keepers = [&](int t) {
+    while (read < t) {
+      const int q = ++read, slot = q % kRing;
+      mbar_wait(&s.voted[slot], (q / kRing) & 1);
+      const unsigned bits = (s.verdict[slot][0] ? 0u : 1u) | (s.verdict[slot][1] ? 0u : 2u);
+      mbar_arrive(&s.slot_free[slot]);
+      kept_bits = (kept_bits << 2) | bits;
+    }
+    return (kept_bits >> (2 * (read - t))) & 3u;
+  };
+  for (int pos = 0; pos < w.n_tiles; ++pos) {
+    const int stage = pos % Cfg::kStagesV;
+    if (w.voting && pos >= Cfg::kStagesV) {
+      const unsigned kept = keepers(pos - Cfg::kStagesV);
       for (int g = 0; g < 2; ++g) {
-        if (!(kept & (1u << g))) mbar_arrive(&s.empty_v[t % Cfg::kStagesV], 4);  // its 4 warps
-      }
-    };
-    for (int g = w.base; g < w.end(); ++g) {
-      const int stage = g % Cfg::kStagesV;
-      if (kSkip && g - w.base >= Cfg::kStagesV) release_skippers(g - Cfg::kStagesV);
-      mbar_wait(&s.empty_v[stage], ((g / Cfg::kStagesV) & 1) ^ 1);
-      if (g >= Cfg::kStagesV) {
-        const int prev = g - Cfg::kStagesV;
-        mbar_wait(&s.v_ready[prev % kRing], (prev / kRing) & 1);
-      }
-      std::uint64_t* ready = &s.v_ready[g % kRing];
-      if (!(w.voting && kDropSkippedV) || keepers(g) != 0) {
-        mbar_arrive_expect_tx(ready, Cfg::kKvTileBytes);
-        load_kv_tile<kHeadDim>(p, w, &p.tma_v, s.v[stage], ready, g);
-      } else {
-        mbar_arrive(ready);
+        if (!(kept & (1u << g))) mbar_arrive(&s.empty_v[stage], 4);  // its four warps
       }
     }
-    if (kSkip) {
-      for (int t = max(w.base, w.end() - Cfg::kStagesV); t < w.end(); ++t) release_skippers(t);
+    mbar_wait(&s.empty_v[stage], ((pos / Cfg::kStagesV) & 1) ^ 1);
+    if (pos >= Cfg::kStagesV) {
+      const int prev = pos - Cfg::kStagesV;
+      mbar_wait(&s.v_ready[prev % kRing], (prev / kRing) & 1);
+    }
+    std::uint64_t* ready = &s.v_ready[pos % kRing];
+    if (!(w.voting && kDropSkippedV) || keepers(pos) != 0) {
+      mbar_arrive_expect_tx(ready, Cfg::kKvTileBytes);
+      load_kv_tile<kHeadDim>(p, w, &p.tma_v, s.v[stage], ready, pos);
+    } else {
+      mbar_arrive(ready);
     }
   }
 }
@@ -366,8 +279,8 @@ struct Consumer {
   static constexpr float kNegInf = -__builtin_huge_valf();
 
   const Params& p;
+  const CtaWork& w;
   SharedStorage<kHeadDim>& s;
-  CtaWork w;       // the work tile at hand
   int wg;          // consumer warpgroup 0 or 1
   int tid;         // thread in the warpgroup
   int row0;        // first of this thread's two rows, relative to the sequence's query start
@@ -420,8 +333,8 @@ struct Consumer {
 
   // Per-warpgroup constants of the main loops, set once in run(): per tile they cost instructions
   // the loops are short of.
-  int clear_lo, clear_hi;  // the tiles [clear_lo, clear_hi) need no mask
-  int n_visible = 0;       // visible_tiles()
+  int clear_lo = 0, clear_hi = 0;  // the tiles [clear_lo, clear_hi) need no mask
+  int n_visible = 0;               // visible_tiles()
 
   __device__ void set_loop_constants() {
     // A tile needs a mask when it reaches past the sequence ((t + 1) kN > kv_len), when some row
@@ -429,7 +342,6 @@ struct Consumer {
     // ((t + 1) kN - 1 > kv_len - q_len + row_base) or before the window of the last row
     // (t kN < kv_len - q_len + row_end - window).
     const int row_end = row_base() + Cfg::kRowsPerWarpgroup;
-    clear_lo = clear_hi = 0;  // a warpgroup with rows past the query chunk masks every tile
     if (row_end <= w.q_len) {
       clear_hi = w.kv_len / kN;
       if (kCausal) clear_hi = min(clear_hi, (w.kv_len - w.q_len + row_base() + 1) / kN);
@@ -562,51 +474,20 @@ struct Consumer {
     if (tid % 32 == 0) hopper::mbar_arrive(bar);
   }
 
-  // Both warpgroups have landed their last Q K^T of the work tile: the K thread may load the next
-  // work tile's Q.
-  __device__ void release_q() { release(&s.empty_q); }
-
   // Waits until the V of position `pos` has landed in its stage.
   __device__ void wait_v(int pos) {
     constexpr int kRing = Cfg::kPositionRing;
     hopper::mbar_wait(&s.v_ready[pos % kRing], (pos / kRing) & 1);
   }
 
-  // The CTA's work tiles, as the K thread publishes them. The dense loop's turns run on across
-  // work tiles: warpgroup 1 hands warpgroup 0 its first turn once, and warpgroup 0 takes back the
-  // turn it was handed last when the CTA ends, so that every arrival on a turn barrier meets its
-  // sync (voting work tiles take no turns).
-  __device__ void run_all() {
-    if (kPingPong && wg == 1) hopper::named_barrier_arrive(kTurnBarrier + 0, 256);
-    for (int j = 0;; ++j) {
-      int base;
-      const int index = take_work(s, j, base);
-      __syncwarp();
-      if (tid % 32 == 0) hopper::mbar_arrive(&s.work_empty[j % 2]);
-      if (index >= p.num_work) break;
-      find_work<kHeadDim, kCausal, kSkip>(p, index, base, w);
-      run(j);
-    }
-    if (kPingPong && wg == 0) hopper::named_barrier_sync(kTurnBarrier, 256);
-  }
-
-  // The CTA's j-th work tile.
-  __device__ void run(int j) {
-    // Read afresh for every work tile: values derived from a thread index known across the work
-    // loop are hoisted out of it and held through the main loops, where the voting loop spilled.
-    tid = hopper::opaque_thread_index() % 128;
+  __device__ void run() {
     const int warp = tid / 32, lane = tid % 32;
     row0 = row_base() + warp * 16 + lane / 4;
     wg_row_end = min(row_base() + Cfg::kRowsPerWarpgroup, w.q_len);
     set_loop_constants();
 #pragma unroll
     for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      m[i] = kNegInf;
-      l[i] = 0.f;
-    }
-    hopper::mbar_wait(&s.full_q, j & 1);
+    hopper::mbar_wait(&s.full_q, 0);
 
     // A sequence guarded to lambda = 0 runs the very loop of the dense kernel: bit-identical
     // output, and no cost for the vote it does not take.
@@ -615,14 +496,18 @@ struct Consumer {
       skipped = vote_loop();
     } else {
       mainloop();
+      // Warpgroup 1 handed warpgroup 0 one turn more than it took (the first): take it back, so
+      // that every arrival on a turn barrier meets its sync.
+      if (kPingPong && wg == 0) hopper::named_barrier_sync(kTurnBarrier, 256);
     }
 
     if constexpr (kSkip) {
       if (p.stats != nullptr && tid == 0) {
         const int visited = n_visible;
         if (visited > 0) {
-          atomicAdd(&p.stats[2 * w.seq], static_cast<unsigned long long>(visited));
-          atomicAdd(&p.stats[2 * w.seq + 1], static_cast<unsigned long long>(skipped));
+          const int seq = blockIdx.z;
+          atomicAdd(&p.stats[2 * seq], static_cast<unsigned long long>(visited));
+          atomicAdd(&p.stats[2 * seq + 1], static_cast<unsigned long long>(skipped));
         }
       }
     }
@@ -642,15 +527,11 @@ struct Consumer {
   // P V to issue): a data-dependent P V made ptxas commit a dummy product and wait for both.
   __device__ void mainloop() {
     using namespace hopper;
-    if (w.n_tiles == 0) {  // only for inputs outside the contract (kv_len < q_len causal)
-      release_q();
-      return;
-    }
+    if (w.n_tiles == 0) return;  // only for inputs outside the contract (kv_len < q_len causal)
     float sc[kN / 2];
-    dense_step<true>(sc, w.base);
-    for (int g = w.base + 1; g < w.end(); ++g) dense_step<false>(sc, g);
-    release_q();
-    const int last = w.end() - 1;
+    dense_step<true>(sc, 0);
+    for (int pos = 1; pos < w.n_tiles; ++pos) dense_step<false>(sc, pos);
+    const int last = w.n_tiles - 1;
     finish_pv(last, w.tile_at(last));
   }
 
@@ -698,11 +579,6 @@ struct Consumer {
     wgmma_wait<kFirst ? 0 : 1>();
     fence_registers(sc);
     release(&s.empty_k[k_stage]);
-    if constexpr (kSkip) {
-      // A guarded work tile of a skip kernel publishes its tiles as kept: the K thread's gate on
-      // the verdict slots counts every position.
-      if (tid == 0) hopper::mbar_arrive(&s.voted[pos % Cfg::kPositionRing]);
-    }
 
     float mx[2];
     row_max(sc, tile, mx);
@@ -734,32 +610,29 @@ struct Consumer {
     using namespace hopper;
     float sa[kN / 2], sb[kN / 2];
     int skipped = 0;
-    const int b = w.base, e = w.end();
-    if (b == e) {  // only for inputs outside the contract (kv_len < q_len causal)
-      release_q();
-      return 0;
-    }
+    const int n = w.n_tiles;
+    if (n == 0) return 0;  // only for inputs outside the contract (kv_len < q_len causal)
     // The verdict on the tile a step begins with: its row maxima and whether it is skipped.
     float mx[2];
     bool skip;
-    issue_qk_at(sa, b);
-    if (e - b == 1) {
-      land_qk<0>(sa, b);
-      skip = vote(sa, b, mx);
-      return vote_step<false, false>(sa, sb, b, mx, skip);
+    issue_qk_at(sa, 0);
+    if (n == 1) {
+      land_qk<0>(sa, 0);
+      skip = vote(sa, 0, mx);
+      return vote_step<false, false>(sa, sb, 0, mx, skip);
     }
-    issue_qk_at(sb, b + 1);
-    land_qk<1>(sa, b);
-    skip = vote(sa, b, mx);
+    issue_qk_at(sb, 1);
+    land_qk<1>(sa, 0);
+    skip = vote(sa, 0, mx);
     // Whether a step has a next tile, and whether it issues the one after, are compile-time
     // choices: a data-dependent one merges two definitions of the score registers, and the copies
     // that reconcile them make ptxas serialize every wgmma of the kernel (C7515).
-    int pos = b;
-    for (; pos + 3 < e; pos += 2) {
+    int pos = 0;
+    for (; pos + 3 < n; pos += 2) {
       skipped += vote_step<true, true>(sa, sb, pos, mx, skip);
       skipped += vote_step<true, true>(sb, sa, pos + 1, mx, skip);
     }
-    if (pos + 3 == e) {
+    if (pos + 3 == n) {
       skipped += vote_step<true, true>(sa, sb, pos, mx, skip);
       skipped += vote_step<true, false>(sb, sa, pos + 1, mx, skip);
       skipped += vote_step<false, false>(sa, sb, pos + 2, mx, skip);
@@ -817,7 +690,6 @@ struct Consumer {
                                            float (&mx)[2], bool& skip) {
     static_assert(kNext || !kIssue, "the tile after next is issued only behind the next one");
     using namespace hopper;
-    if constexpr (!kNext) release_q();  // the work tile's last step: every Q K^T has landed
     const int tile = w.tile_at(pos);
     const int skipped = skip && tile_visible(tile) ? 1 : 0;
     if (skip) {
@@ -881,6 +753,9 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim>::kThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<kHeadDim>*>(smem_raw);
 
+  CtaWork w;
+  if (!find_work<kHeadDim, kCausal, kSkip>(p, w)) return;
+
   // Read through a shuffle so that the compiler knows it is uniform across the warp: wgmma must
   // not sit in what ptxas considers divergent code.
   const int warpgroup = __shfl_sync(0xffffffff, static_cast<int>(threadIdx.x / 128), 0);
@@ -889,11 +764,6 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim>::kThreads, 1)
     tma_prefetch_descriptor(&p.tma_k);
     tma_prefetch_descriptor(&p.tma_v);
     mbar_init(&s.full_q, 1);
-    mbar_init(&s.empty_q, 8);  // one arrival per consumer warp
-    for (int i = 0; i < 2; ++i) {
-      mbar_init(&s.work_full[i], 1);
-      mbar_init(&s.work_empty[i], 9);  // every consumer warp and the V thread
-    }
     for (int i = 0; i < Cfg::kStagesK; ++i) {
       mbar_init(&s.full_k[i], 1);
       mbar_init(&s.empty_k[i], 8);  // one arrival per consumer warp
@@ -910,14 +780,19 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim>::kThreads, 1)
 
   if (warpgroup == 0) {
     reg_dealloc<Cfg::kProducerRegisters>();
-    if (threadIdx.x == 0) produce_k<kHeadDim, kCausal, kSkip>(p, s);
-    if (threadIdx.x == 32) produce_v<kHeadDim, kCausal, kSkip>(p, s);
+    if (threadIdx.x == 0) produce_k<kHeadDim>(p, w, s);
+    if (threadIdx.x == 32) produce_v<kHeadDim>(p, w, s);
   } else {
     reg_alloc<Cfg::kConsumerRegisters>();
-    Consumer<kBf16, kHeadDim, kCausal, kSkip> c{p, s};
+    Consumer<kBf16, kHeadDim, kCausal, kSkip> c{p, w, s};
     c.wg = warpgroup - 1;
     c.tid = threadIdx.x % 128;
-    c.run_all();
+    // Warpgroup 0 issues first: give it the turn the other would have handed over.
+    // Voting CTAs do not take turns (measured: 1.5-3% faster without).
+    if (kPingPong && c.wg == 1 && !(kSkip && w.voting)) {
+      named_barrier_arrive(kTurnBarrier + 0, 256);
+    }
+    c.run();
   }
 }
 

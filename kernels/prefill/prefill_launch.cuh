@@ -3,7 +3,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -12,7 +11,7 @@
 namespace skipsoftmax::prefill {
 
 template <bool kBf16, int kHeadDim, bool kCausal, bool kSkip>
-void launch(const Params& params, int sm_count, cudaStream_t stream) {
+void launch(const Params& params, cudaStream_t stream) {
   using Cfg = TileConfig<kHeadDim>;
   auto kernel = prefill_kernel<kBf16, kHeadDim, kCausal, kSkip>;
   constexpr int kSmem = static_cast<int>(sizeof(SharedStorage<kHeadDim>));
@@ -22,8 +21,8 @@ void launch(const Params& params, int sm_count, cudaStream_t stream) {
     throw std::runtime_error(std::string("prefill: cudaFuncSetAttribute: ") +
                              cudaGetErrorString(err));
   }
-  // Persistent: one CTA per SM (the shared memory allows no second), at most one per work tile.
-  kernel<<<std::min(params.num_work, sm_count), Cfg::kThreads, kSmem, stream>>>(params);
+  const dim3 grid(params.num_m_blocks, params.num_heads_q, params.batch);
+  kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(params);
   err = cudaGetLastError();
   if (err != cudaSuccess) {
     throw std::runtime_error(std::string("prefill: launch: ") + cudaGetErrorString(err));
@@ -32,20 +31,20 @@ void launch(const Params& params, int sm_count, cudaStream_t stream) {
 
 // One declaration per compiled family; each is defined in its own instantiation file.
 template <bool kBf16, int kHeadDim, bool kSkip>
-void launch_family(const Params& params, bool causal, int sm_count, cudaStream_t stream);
+void launch_family(const Params& params, bool causal, cudaStream_t stream);
 
 }  // namespace skipsoftmax::prefill
 
 // Defines launch_family for one (dtype, head dim, dense/skip), both masks.
-#define SKIPSOFTMAX_PREFILL_FAMILY(BF16, HEAD_DIM, SKIP)                                    \
-  namespace skipsoftmax::prefill {                                                          \
-  template <>                                                                               \
-  void launch_family<BF16, HEAD_DIM, SKIP>(const Params& params, bool causal, int sm_count, \
-                                           cudaStream_t stream) {                           \
-    if (causal) {                                                                           \
-      launch<BF16, HEAD_DIM, true, SKIP>(params, sm_count, stream);                         \
-    } else {                                                                                \
-      launch<BF16, HEAD_DIM, false, SKIP>(params, sm_count, stream);                        \
-    }                                                                                       \
-  }                                                                                         \
+#define SKIPSOFTMAX_PREFILL_FAMILY(BF16, HEAD_DIM, SKIP)                      \
+  namespace skipsoftmax::prefill {                                            \
+  template <>                                                                 \
+  void launch_family<BF16, HEAD_DIM, SKIP>(const Params& params, bool causal, \
+                                           cudaStream_t stream) {             \
+    if (causal) {                                                             \
+      launch<BF16, HEAD_DIM, true, SKIP>(params, stream);                     \
+    } else {                                                                  \
+      launch<BF16, HEAD_DIM, false, SKIP>(params, stream);                    \
+    }                                                                         \
+  }                                                                           \
   }

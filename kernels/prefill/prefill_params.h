@@ -24,19 +24,15 @@ struct Params {
   int batch;
   int num_heads_q;
   int num_heads_kv;
-  int num_m_blocks;  // query tiles of the longest sequence
-  int num_work;      // work tiles: num_m_blocks x batch x num_heads_q
-  // The dynamic scheduler: [0] work tiles handed out past the grid's first ones, [1] CTAs done.
-  // Zero at launch; the last CTA to finish sets both back to zero.
-  unsigned* scheduler;
-  float scale_log2;  // softmax scale * log2(e): scores go through exp2
-  int kv_order;      // skipsoftmax::KvOrder
-  int window;        // sliding window in keys (causal, dense kernels); 0: none
+  int num_m_blocks;           // query tiles of the longest sequence
+  float scale_log2;           // softmax scale * log2(e): scores go through exp2
+  int kv_order;               // skipsoftmax::KvOrder
+  int window;                 // sliding window in keys (causal, dense kernels); 0: none
   // Paged KV (page_table non-null): token t of sequence b is row
   // page_table[b * max_pages_per_seq + t / page_size] * page_size + t % page_size of tma_k/v.
   const int* page_table;
   int max_pages_per_seq;
-  int page_shift;             // log2(page_size)
+  int page_shift;  // log2(page_size)
   DeviceThreshold threshold;  // skip kernels only
   unsigned long long* stats;  // [batch][2] tiles visited, skipped; null: no statistics
 };

@@ -198,56 +198,6 @@ TEST(GpuPrefill, SkipKernelAtLambdaZeroIsBitIdenticalToDense) {
   }
 }
 
-// The kernels are persistent: one CTA per SM runs many work tiles, whose pipelines, verdict
-// slots and Q buffer carry over from one to the next. A batch whose sequences alternate between
-// guarded (below the first bin: the dense loop) and voting ones, with many heads, gives every CTA
-// tens of work tiles of both kinds, and tiles past the short sequences for the scheduler to pass.
-TEST(GpuPrefill, PersistentCtasRunManyGuardedAndVotingWorkTiles) {
-  REQUIRE_HOPPER();
-  for (const Shape& s : all_shapes()) {
-    if (!compiled(s) || !s.causal) continue;
-    const std::vector<std::int64_t> lens = {300, 2500, 129, 4100, 900, 3000};
-    const HostBatch b = make_host_batch(s.dtype, 8, 2, s.dim, lens, lens, 77);
-    const Threshold th = Threshold::table(ScaleTable({{1024, 2.0}, {2048, 4.0}}));
-    for (KvOrder order : {KvOrder::kSinkThenReverse}) {
-      const std::string what = name(s) + " " + to_string(order);
-      const Result r = run_gpu(b, true, th, order);
-      EXPECT_EQ(r.kernel, KernelChoice::kSkip);
-      std::vector<double> ref;
-      const AttentionStats st = run_cpu(b, true, th, order, ref);
-      for (double x : r.out) ASSERT_FALSE(std::isnan(x)) << what << ": NaN in the output";
-      EXPECT_LT(rel_l2(r.out, ref), tolerance(s.dtype)) << what;
-      EXPECT_EQ(r.stats[1] + r.stats[5] + r.stats[9], 0u) << what << ": a guarded sequence skipped";
-      EXPECT_GT(st.sequences[3].tiles_skipped, 0) << what;
-      expect_stats_agree(r, st, what);
-    }
-  }
-}
-
-// A caller's workspace holds the scheduler counter: zeroed once, it is zero again after every
-// launch, and the output equals that of a launch on the library's own counter.
-TEST(GpuPrefill, CallerWorkspaceIsLeftZeroed) {
-  REQUIRE_HOPPER();
-  const HostBatch b = make_host_batch(DType::kBF16, 8, 2, 128, {3000, 700}, {3000, 700}, 13);
-  DeviceBatch d(b);
-  PrefillArguments a = prefill_args(b, d, true, Threshold::flat(1e-3), KvOrder::kSinkThenReverse);
-  const std::size_t bytes = prefill_workspace_size(a);
-  ASSERT_GT(bytes, 0u);
-  DeviceBuffer ws(bytes);
-  check(cudaMemset(ws.get(), 0, bytes), "memset");
-  const std::size_t n = static_cast<std::size_t>(d.total_q) * b.hq * b.dim;
-  run_prefill(a, nullptr, nullptr);
-  check(cudaDeviceSynchronize(), "prefill");
-  const auto own = d.out.download<std::uint16_t>(n);
-  for (int launch = 0; launch < 3; ++launch) {
-    check(cudaMemset(d.out.get(), 0xff, d.out.bytes()), "memset");
-    run_prefill(a, ws.get(), nullptr);
-    check(cudaDeviceSynchronize(), "prefill");
-    EXPECT_TRUE(d.out.download<std::uint16_t>(n) == own) << "launch " << launch;
-    for (unsigned v : ws.download<unsigned>(bytes / sizeof(unsigned))) EXPECT_EQ(v, 0u);
-  }
-}
-
 TEST(GpuPrefill, DispatchPicksDenseBelowTheFirstSkippableLength) {
   REQUIRE_HOPPER();
   const HostBatch b = make_host_batch(DType::kBF16, 2, 1, 128, {500}, {500}, 3);
