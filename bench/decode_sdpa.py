@@ -133,6 +133,9 @@ def main():
     p.add_argument("--q-len", type=int, default=1,
                    help="new tokens per sequence (speculative verification): 1..16, with q_len x "
                         "heads-q / heads-kv <= 16")
+    p.add_argument("--compare-lib",
+                   help="a second build of libskipsoftmax_capi.so (say, the previous revision): "
+                        "its dense and skip arms are timed in the same rounds, labelled 'base'")
     p.add_argument("--json")
     args = p.parse_args()
 
@@ -147,6 +150,7 @@ def main():
     if any(L < lq for _, L in configs):
         p.error(f"--q-len {lq}: every length in --configs must hold the {lq} new tokens")
     ours = Ours(args.lib)
+    base = Ours(args.compare_lib) if args.compare_lib else None
     gen = torch.Generator(device="cuda").manual_seed(0)
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
     copy_bps = copy_bandwidth()
@@ -225,12 +229,12 @@ def main():
 
         keep = []  # workspaces alive while their arms run
 
-        def ours_arm(lam, force, with_stats=False, n_splits=0):
-            a = ours.args(q, out, kp, vp, table, lens, L, hkv, lam, force,
-                          stats if with_stats else None, n_splits)
-            ws, splits = ours.prepare(a)
+        def ours_arm(lam, force, with_stats=False, n_splits=0, lib=ours):
+            a = lib.args(q, out, kp, vp, table, lens, L, hkv, lam, force,
+                         stats if with_stats else None, n_splits)
+            ws, splits = lib.prepare(a)
             keep.append(ws)
-            return (lambda: ours.run(a)), splits
+            return (lambda: lib.run(a)), splits
 
         dense, splits = ours_arm(0.0, 0)
         dense()
@@ -250,27 +254,40 @@ def main():
                 err = rel_l2(out, ref) if ref is not None else None
                 arms.append((f"ours skip lambda={lam:g}{tag}", ours_arm(lam, 1, False, n_splits)[0],
                              sparsity, err))
+        if base is not None:
+            arms.append(("base dense", ours_arm(0.0, 0, lib=base)[0], 0.0, None))
+            for lam in args.lambdas:
+                stats.zero_()
+                ours_arm(lam, 1, True, lib=base)[0]()
+                s = stats.sum(0).tolist()
+                arms.append((f"base skip lambda={lam:g}", ours_arm(lam, 1, lib=base)[0],
+                             s[1] / s[0] if s[0] else 0.0,
+                             rel_l2(out, ref) if ref is not None else None))
         times = interleaved_median_ms([a[1] for a in arms], args.warmup, args.iters, args.rounds,
                                       flush)
         cudnn_ms = next((ms for a, ms in zip(arms, times) if a[0].startswith("cuDNN")), None)
         dense_ms = next(ms for a, ms in zip(arms, times) if a[0].startswith("ours dense"))
+        base_ms = next((ms for a, ms in zip(arms, times) if a[0] == "base dense"), None)
         for (name, _, sparsity, err), ms in zip(arms, times):
+            # The base build's arms against its own dense arm.
+            own_dense_ms = base_ms if name.startswith("base") else dense_ms
             bps = kv_bytes / (ms * 1e-3)
             ratio = cudnn_ms / ms if cudnn_ms else float("nan")
             err_s = f"{err:.2e}" if err is not None else "-"
             print(f"{B:>5} {L:>7} {name:<36} {ms * 1e3:>9.1f} {bps / 1e12:>6.2f} "
                   f"{bps / copy_bps:>7.1%} {100 * sparsity:>8.1f}% {ratio:>8.3f}x "
-                  f"{dense_ms / ms:>8.3f}x {err_s:>9}")
+                  f"{own_dense_ms / ms:>8.3f}x {err_s:>9}")
             rows.append({"batch": B, "length": L, "q_len": lq, "arm": name, "ms": ms,
                          "kv_bytes_per_s": bps, "fraction_of_copy": bps / copy_bps,
                          "tile_sparsity": sparsity, "speedup_vs_cudnn": ratio,
-                         "speedup_vs_ours_dense": dense_ms / ms, "rel_l2_vs_cudnn": err})
+                         "speedup_vs_ours_dense": own_dense_ms / ms, "rel_l2_vs_cudnn": err})
         del kp, vp, ks, vs, keep
         torch.cuda.empty_cache()
     if args.json:
         doc = {"command": " ".join(sys.argv), "git_revision": args.git_revision,
                "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                "cudnn": torch.backends.cudnn.version(), "dtype": args.dtype,
+               "compare_lib": args.compare_lib,
                "heads_q": hq, "heads_kv": hkv, "head_dim": d, "page_size": ps, "q_len": lq,
                "copy_bytes_per_s": copy_bps,
                "inputs": "synthetic real-structure (sink 12, band 8, far field 0.75), " +

@@ -72,7 +72,7 @@ typedef struct skipsoftmax_decode_args {
   const double* table_scales;
   double flat_lambda;
   int num_splits;       /* 0: automatic */
-  void* workspace;      /* skipsoftmax_decode_workspace_size bytes */
+  void* workspace;      /* skipsoftmax_decode_workspace_size bytes, 16-byte aligned */
   unsigned long long* stats;
   int force_kernel;
   int window;           /* sliding window in keys (dense threshold); 0: none */

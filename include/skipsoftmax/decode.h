@@ -57,7 +57,8 @@ int decode_num_splits(const DecodeArguments& args);
 // Empty when the kernels can run these arguments; else the reason.
 std::string can_implement(const DecodeArguments& args);
 
-// Bytes of device workspace (split partial outputs and log-sum-exps) run_decode needs.
+// Bytes of device workspace (split partial outputs and log-sum-exps) run_decode needs; the
+// workspace must be 16-byte aligned (as cudaMalloc returns it).
 std::size_t decode_workspace_size(const DecodeArguments& args);
 
 // Launches the decode (and combine) kernels on `stream`. Throws std::invalid_argument when

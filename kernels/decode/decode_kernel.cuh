@@ -8,12 +8,13 @@
 // past are zero and never vote). Each of the 4 key slices of a tile (16 keys) belongs to one warp
 // (per 128 output columns: head dim 256 runs 8 warps, two column groups), which keeps its scores,
 // its P and its partial O and row sums in registers; the slices are summed once, at the end. Each
-// warp copies (cp.async) the K and V rows of its own slice, so that its copies need no CTA
-// barrier (head dim 256: the two column groups of a slice share its K rows, one barrier). Per
+// warp loads the K and V rows of its own slice (one page: pages hold at least 16 keys) with TMA
+// boxes of 16 rows x 64 columns, completing on an mbarrier of its own per stage, so that its
+// copies need no CTA barrier, and K and V complete independently (head dim 256: the first column
+// group's warp loads the slice's K rows, and both warps of the slice wait on its barrier). Per
 // tile t, with one CTA barrier:
-//   1. K of tile t + 3 is requested (zero-filled past the sequence; its pages were read from the
-//      page table an iteration earlier, and are kept for its V); K of tile t and V of tile t - 3
-//      are awaited;
+//   1. K of tile t + 3 is requested (its page was read from the page table an iteration earlier,
+//      and is kept for its V); K of tile t is awaited;
 //   2. S_t = Q K_t^T for the warp's 16 keys; scores past the sequence are -inf; row maxima to
 //      shared memory; the barrier;
 //   3. the running maximum m_run moves; skip kernel: the vote. Tile t is skipped when every row
@@ -21,7 +22,8 @@
 //      log2(lambda) / scale_log2). Every warp reads the four slices' maxima of all 16 rows, keeps
 //      its own copy of m_run in registers: all warps reach the same verdict from the same
 //      numbers, and no barrier is needed to publish m_run or the vote;
-//   4. P V of tile t - 3 (its scores kept in registers), whose V has had three tiles to arrive;
+//   4. P V of tile t - 3 (its scores kept in registers), once its V has landed: three tiles after
+//      it was requested;
 //   5. V of tile t is requested only if the tile is kept, into the stage step 4 has just read: a
 //      skipped tile's V is never read.
 // The running maximum m_run covers every tile of the split visited so far (a skipped tile never
@@ -30,10 +32,16 @@
 // relative to m_ref, which catches up with m_run at each P V. The combine kernel merges the
 // splits' outputs by log-sum-exp. The CPU reference (reference_decode with tile_k = kTileK,
 // forward order, the same num_splits) emulates all of it.
+//
+// Rows of the last tile past the sequence are loaded from its last slice (the page table is never
+// read past the sequence; unused slots may hold anything, NaN included): their scores are masked,
+// and their V rows are zeroed before P V, since P = 0 times NaN is NaN.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cuda.h>
 
 #include <cstdint>
 
@@ -46,12 +54,17 @@ namespace skipsoftmax::decode {
 inline constexpr int kTileK = 64;     // keys per KV tile: the vote unit with the GQA group
 inline constexpr int kMaxGroup = 16;  // query heads per KV head: the rows of one m16 MMA
 inline constexpr int kKeySlices = 4;  // warps across a tile's keys, 16 keys each
+inline constexpr int kSliceKeys = kTileK / kKeySlices;
+inline constexpr int kBoxCols = 64;    // columns of a TMA box: 128 bytes, one swizzle row
+inline constexpr int kMaxSplits = 128;
 
 struct Params {
+  // The pages [num_pages, page_size, Hkv, D] as (D, Hkv, num_pages x page_size), boxes of
+  // kBoxCols x 1 x kSliceKeys, 128-byte swizzled.
+  CUtensorMap tma_k;
+  CUtensorMap tma_v;
   const void* q;          // [batch, q_len, Hq, D]
   void* out;              // [batch, q_len, Hq, D]
-  const void* k_pages;    // [num_pages, page_size, Hkv, D]
-  const void* v_pages;    // [num_pages, page_size, Hkv, D]
   const int* page_table;  // [batch, max_pages_per_seq]
   const int* seq_lens;    // [batch]
   int max_pages_per_seq;
@@ -74,16 +87,17 @@ struct Config {
   static constexpr int kCols = kHeadDim / kColGroups;              // O columns of one warp
   static constexpr int kWarps = kKeySlices * kColGroups;
   static constexpr int kThreads = 32 * kWarps;
-  // Each warp copies the K and V rows of its key slice, the chunks of its column group: what it
-  // reads itself. Head dim <= 128: the copies are warp-private and need no CTA barrier; head dim
-  // 256: the two column groups of a slice share its K rows (one barrier).
-  static constexpr int kWarpChunks = kCols / 8;  // 16-byte chunks of a row that one warp copies
-  static constexpr bool kSharedK = kColGroups > 1;
+  static constexpr int kBoxes = kHeadDim / kBoxCols;     // boxes across a row
+  static constexpr int kWarpBoxes = kCols / kBoxCols;    // boxes across a warp's O columns
+  // Bytes one slice's K rows (all columns) and one warp's V rows (its columns) bring.
+  static constexpr std::uint32_t kSliceKBytes = kSliceKeys * kHeadDim * 2;
+  static constexpr std::uint32_t kWarpVBytes = kSliceKeys * kCols * 2;
   // K runs three tiles ahead of the vote, P V three tiles behind it. V of tile t is requested
   // after the vote, into the stage P V of tile t - 3 has just read, and read three tiles later: a
   // run of skipped tiles goes fast, and the V of a kept tile among them needs that long to arrive
   // (two tiles behind: 1.44x at 75% of the tiles skipped, 64 x 32k). 4 + 3 stages of 16 KB (head
   // dim 128) leave room for two CTAs per multiprocessor; 32 KB at head dim 256, one CTA.
+  // Completion per stage (an mbarrier each) lets K run ahead of a V still in flight.
 #ifndef SKIPSOFTMAX_DECODE_K_AHEAD
 #define SKIPSOFTMAX_DECODE_K_AHEAD 3
 #endif
@@ -100,22 +114,32 @@ struct Config {
 template <int kHeadDim>
 struct alignas(128) SharedStorage {
   using Cfg = Config<kHeadDim>;
-  // Tiles are [kTileK][kHeadDim] with the 16-byte chunk c of row r at c ^ (r % 8): ldmatrix
-  // reads 8 rows of one chunk column without bank conflicts. After the loop the K stages hold
-  // the key slices' partial outputs, [kKeySlices][kMaxGroup][kHeadDim] floats.
+  // Tiles are [kHeadDim / 64][kTileK][64], the TMA boxes' layout: rows of 128 bytes with the
+  // 16-byte chunk c of row r at c ^ (r % 8) (128-byte swizzle; the stages are 1024-byte aligned),
+  // so that ldmatrix reads 8 rows of one chunk column without bank conflicts. After the loop the K
+  // stages hold the key slices' partial outputs, and the V stages the Epilogue.
   std::uint16_t k[Cfg::kStagesK][kTileK * kHeadDim];
   std::uint16_t v[Cfg::kStagesV][kTileK * kHeadDim];
   float warp_max[2][kKeySlices][kMaxGroup];  // double-buffered by tile parity
+  std::uint64_t k_full[Cfg::kStagesK][kKeySlices];  // a slice's K rows landed
+  std::uint64_t v_full[Cfg::kStagesV][Cfg::kWarps];  // a warp's V rows and columns landed
+};
+// What store() keeps after the loop, in the V stages.
+struct Epilogue {
   float m_run[kMaxGroup];          // the split's final running maximum (raw scores), for its lse
   float l[kKeySlices][kMaxGroup];  // the key slices' partial row sums
 };
 static_assert(sizeof(float) * kKeySlices * kMaxGroup * 256 <= sizeof(SharedStorage<256>::k),
               "the partial outputs fit the K stages");
+static_assert(sizeof(Epilogue) <= sizeof(SharedStorage<64>::v), "the epilogue fits the V stages");
 static_assert(2 * (sizeof(SharedStorage<128>) + 1024) <= 228 * 1024,
               "two CTAs of head dim 128 per multiprocessor");
 static_assert(sizeof(SharedStorage<256>) <= 227 * 1024, "one CTA of head dim 256");
 
-__device__ __forceinline__ int swizzle(int row, int chunk) { return chunk ^ (row & 7); }
+// Element offset of 16-byte chunk `chunk` of row `row` in a tile (the layout of SharedStorage).
+__device__ __forceinline__ int tile_offset(int row, int chunk) {
+  return (chunk / 8) * (kTileK * kBoxCols) + row * kBoxCols + ((chunk % 8) ^ (row % 8)) * 8;
+}
 
 // Split s of n_tiles, as split_tile_range of tiling.h.
 __device__ __forceinline__ void split_range(int n_tiles, int splits, int s, int& begin, int& end) {
@@ -143,45 +167,69 @@ struct DecodeCta {
   float m_ref[2] = {kNegInf, kNegInf};  // the maximum o and l are relative to, rows r0, r0 + 8
   float l[2] = {0.f, 0.f};              // partial row sums over this thread's keys
 
-  // The rows of a tile this thread copies: 16 slice + lane / kWarpChunks + i kLaneRows, i <
-  // kPasses, each at chunk col0 / 8 + lane % kWarpChunks.
-  static constexpr int kLaneRows = 32 / Cfg::kWarpChunks;
-  static constexpr int kPasses = 16 / kLaneRows;
-  __device__ int copy_row(int i) const {
-    return 16 * slice + lane / Cfg::kWarpChunks + i * kLaneRows;
+  unsigned k_phase = 0, v_phase = 0;   // bit j: the parity of the next wait on stage j
+
+  // The cache row (page slot) of this warp's first key of tile `tile`: pages hold at least 16
+  // keys and start at multiples of their size, so the slice's 16 keys are consecutive rows of one
+  // page. Past the sequence, the sequence's last slice (its rows are masked or zeroed): the page
+  // table is never read past the sequence. Looked up an iteration before the copies that need it
+  // and kept for the tile's V: a page-table read is an L2 round trip, which in the copy's
+  // address would stall the whole iteration behind it.
+  __device__ int slice_row(int tile) const {
+    static_assert(kMinPageSize >= kSliceKeys, "a key slice lies in one page");
+    const int token = min(tile * kTileK + kSliceKeys * slice, (kv_len - 1) / kSliceKeys * kSliceKeys);
+    const int page = __ldg(p.page_table + seq * p.max_pages_per_seq + (token >> p.page_shift));
+    return (page << p.page_shift) + (token & ((1 << p.page_shift) - 1));
   }
 
-  // The page that holds this warp's 16 keys of tile `tile` (-1 past the sequence): pages hold
-  // at least 16 tokens and start at multiples of their size, so one page per slice. Looked up an
-  // iteration before the copies that need it and kept for the tile's V: a page-table read is an
-  // L2 round trip, which in the copy's address would stall the whole iteration behind it.
-  __device__ int lookup_page(int tile) const {
-    static_assert(kMinPageSize >= 16, "a key slice lies in one page");
-    const int token = tile * kTileK + 16 * slice;
-    return token < kv_len
-               ? __ldg(p.page_table + seq * p.max_pages_per_seq + (token >> p.page_shift))
-               : -1;
-  }
-
-  // Requests this warp's rows of tile `tile` of K or V into `dst` from the page of its slice;
-  // rows past the sequence are zero-filled.
-  __device__ void load_tile(std::uint16_t* dst, const void* kv, int tile, int page) const {
-    const int chunk = col0 / 8 + lane % Cfg::kWarpChunks;
-    const int in_page = (1 << p.page_shift) - 1;
-    const std::uint16_t* base =
-        static_cast<const std::uint16_t*>(kv) + kv_head * kHeadDim + chunk * 8;
+  // K of this warp's slice of a tile into K stage `stage`: all its columns, by the first column
+  // group's warp; both column groups' warps wait for it (wait_k).
+  __device__ void load_k(int stage, int row) const {
+    if (col0 != 0 || lane != 0) return;
+    std::uint64_t* bar = &s.k_full[stage][slice];
+    hopper::mbar_arrive_expect_tx(bar, Cfg::kSliceKBytes);
 #pragma unroll
-    for (int i = 0; i < kPasses; ++i) {
-      const int row = copy_row(i);
-      const int token = tile * kTileK + row;
-      const bool valid = page >= 0 && token < kv_len;
-      const std::uint16_t* src = base;
-      if (valid) {
-        const std::int64_t slot =
-            (static_cast<std::int64_t>(page) << p.page_shift) + (token & in_page);
-        src += slot * p.num_heads_kv * kHeadDim;
+    for (int b = 0; b < Cfg::kBoxes; ++b) {
+      hopper::tma_load_3d(s.k[stage] + b * kTileK * kBoxCols + kSliceKeys * slice * kBoxCols,
+                          &p.tma_k, bar, b * kBoxCols, kv_head, row);
+    }
+  }
+
+  // V of this warp's slice and columns of a tile into V stage `stage`.
+  __device__ void load_v(int stage, int row) const {
+    if (lane != 0) return;
+    std::uint64_t* bar = &s.v_full[stage][warp];
+    hopper::mbar_arrive_expect_tx(bar, Cfg::kWarpVBytes);
+#pragma unroll
+    for (int b = 0; b < Cfg::kWarpBoxes; ++b) {
+      const int box = col0 / kBoxCols + b;
+      hopper::tma_load_3d(s.v[stage] + box * kTileK * kBoxCols + kSliceKeys * slice * kBoxCols,
+                          &p.tma_v, bar, box * kBoxCols, kv_head, row);
+    }
+  }
+
+  __device__ void wait_k(int stage) {
+    hopper::mbar_wait(&s.k_full[stage][slice], (k_phase >> stage) & 1u);
+    k_phase ^= 1u << stage;
+  }
+
+  // Waits for V of tile `tile` in V stage `stage`; in the sequence's last tile, zeroes this warp's
+  // V rows past the sequence (they were loaded from its last slice, or are unused slots).
+  __device__ void wait_v(int stage, int tile) {
+    hopper::mbar_wait(&s.v_full[stage][warp], (v_phase >> stage) & 1u);
+    v_phase ^= 1u << stage;
+    const int valid = kv_len - (tile * kTileK + kSliceKeys * slice);
+    if (valid < kSliceKeys) {
+      constexpr int kChunks = Cfg::kCols / 8;  // 16-byte chunks of a row in this warp's columns
+      for (int i = lane; i < kSliceKeys * kChunks; i += 32) {
+        const int r = i / kChunks;
+        if (r >= valid) {
+          const int row = kSliceKeys * slice + r;
+          *reinterpret_cast<uint4*>(s.v[stage] + tile_offset(row, col0 / 8 + i % kChunks)) =
+              make_uint4(0, 0, 0, 0);
+        }
       }
-      hopper::cp_async_16(dst + row * kHeadDim + swizzle(row, chunk) * 8, src, valid);
+      __syncwarp();
     }
   }
 
@@ -218,7 +266,7 @@ struct DecodeCta {
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       std::uint32_t b[4];
-      hopper::ldmatrix_x4(b, k + key * kHeadDim + swizzle(key, 2 * kk + mi % 2) * 8);
+      hopper::ldmatrix_x4(b, k + tile_offset(key, 2 * kk + mi % 2));
       hopper::mma_16816<kBf16>(acc[0], qa[kk], b[0], b[1]);
       hopper::mma_16816<kBf16>(acc[1], qa[kk], b[2], b[3]);
     }
@@ -306,72 +354,50 @@ struct DecodeCta {
     for (int nb = 0; nb < Cfg::kCols / 8; nb += 2) {
       const int chunk = col0 / 8 + nb + mi / 2;
       std::uint32_t b[4];
-      hopper::ldmatrix_x4_trans(b, v + key * kHeadDim + swizzle(key, chunk) * 8);
+      hopper::ldmatrix_x4_trans(b, v + tile_offset(key, chunk));
       hopper::mma_16816<kBf16>(o[nb], a, b[0], b[1]);
       hopper::mma_16816<kBf16>(o[nb + 1], a, b[2], b[3]);
     }
   }
 
-  // After this thread's cp.async wait: the K rows this warp reads, copied by its lanes (and by the
-  // other column group's warp of its slice at head dim 256), are visible.
-  __device__ void k_landed() const {
-    if constexpr (Cfg::kSharedK) {
-      __syncthreads();
-    } else {
-      __syncwarp();
-    }
-  }
-
   // The split's tiles in order. kVote: take the skip vote. Returns the number of tiles skipped.
-  // Every iteration commits two cp.async groups (K kAheadK tiles ahead, then this tile's V; either
-  // may be empty), so the waits count the same on every path.
   template <bool kVote>
   __device__ int mainloop(float gap) {
     constexpr int kAhead = Cfg::kAheadK;
+    constexpr int kBehind = Cfg::kBehindPV;
     // Voting splits after the first start from the sink: tile 0's row maxima seed m_run (not O,
     // l or the tile counts), so that a split's far-field tiles meet the maximum they would meet
     // in one long pass. Its K goes to the stage the loop fills first, K of tile kAhead's.
     const bool seed = kVote && tile_begin > 0 && n_tiles > 0;
-    // pg[j]: the page of tile t + j, for this iteration's V (j = 0) and K (j = kAhead).
-    int pg[kAhead + 1];
-    if (seed) load_tile(s.k[kAhead], p.k_pages, 0, lookup_page(0));
-    hopper::cp_async_commit();
+    if (seed) load_k(kAhead, slice_row(0));
+    // row[j]: the cache row of this warp's slice of tile t + j, for this iteration's V (j = 0)
+    // and K (j = kAhead).
+    int row[kAhead + 1];
 #pragma unroll
-    for (int j = 0; j <= kAhead; ++j) pg[j] = lookup_page(tile_begin + j);
-    // The groups the iterations before the first would have committed: K of tile j, no V.
+    for (int j = 0; j <= kAhead; ++j) row[j] = slice_row(tile_begin + j);
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
-      if (j < n_tiles) load_tile(s.k[j], p.k_pages, tile_begin + j, pg[j]);
-      hopper::cp_async_commit();
-      hopper::cp_async_commit();
+      if (j < n_tiles) load_k(j, row[j]);
     }
     if (seed) {
       float sink[2][4];
-      hopper::cp_async_wait<2 * kAhead>();
-      k_landed();
+      wait_k(kAhead);
       scores(kAhead, 0, 1, sink);
       __syncthreads();
       update_max(gap, 1);
     }
     int skipped = 0;
-    constexpr int kBehind = Cfg::kBehindPV;
     unsigned history = 0;       // bit i: the tile visited i iterations ago was skipped
     float held[kBehind][2][4];  // scores of the tiles visited 1 .. kBehind iterations ago
     for (int t = 0; t < n_tiles + kBehind; ++t) {
-      // Issued first, used next iteration: the page of tile t + kAhead + 1.
-      const int pg_next = lookup_page(tile_begin + t + kAhead + 1);
-      if (t + kAhead < n_tiles) {
-        load_tile(s.k[(t + kAhead) % Cfg::kStagesK], p.k_pages, tile_begin + t + kAhead,
-                  pg[kAhead]);
-      }
-      hopper::cp_async_commit();
-      // K of tile t and V of tile t - kBehind have landed: only the groups of the kBehind - 1
-      // iterations since and this iteration's K, committed after them, may not.
-      hopper::cp_async_wait<2 * kBehind - 1>();
-      k_landed();
+      // Issued first, used next iteration: the row of tile t + kAhead + 1.
+      const int row_next = slice_row(tile_begin + t + kAhead + 1);
+      // Into the stage of tile t - 1, which every warp has read before the last CTA barrier.
+      if (t + kAhead < n_tiles) load_k((t + kAhead) % Cfg::kStagesK, row[kAhead]);
       bool skip = false;
       float s0[2][4];
       if (t < n_tiles) {
+        wait_k(t % Cfg::kStagesK);
         // The one CTA barrier of a tile: every slice's row maxima are published. A warp writes
         // the other buffer of warp_max next tile, and this one only after the next barrier.
         scores(t % Cfg::kStagesK, tile_begin + t, t & 1, s0);
@@ -384,14 +410,12 @@ struct DecodeCta {
       }
       history = (history << 1) | (skip ? 1u : 0u);
       if (t >= kBehind && !(history & (1u << kBehind))) {
+        wait_v(t % Cfg::kStagesV, tile_begin + t - kBehind);
         accumulate(t % Cfg::kStagesV, held[kBehind - 1]);
       }
-      // This warp's reads of the V stage (tile t - kBehind's) precede its copies into it.
+      // This warp's reads of the V stage (tile t - kBehind's) precede its copy into it.
       __syncwarp();
-      if (t < n_tiles && !skip) {
-        load_tile(s.v[t % Cfg::kStagesV], p.v_pages, tile_begin + t, pg[0]);
-      }
-      hopper::cp_async_commit();
+      if (t < n_tiles && !skip) load_v(t % Cfg::kStagesV, row[0]);
 #pragma unroll
       for (int j = kBehind - 1; j > 0; --j) {
 #pragma unroll
@@ -406,8 +430,8 @@ struct DecodeCta {
         for (int e = 0; e < 4; ++e) held[0][nb][e] = s0[nb][e];
       }
 #pragma unroll
-      for (int j = 0; j < kAhead; ++j) pg[j] = pg[j + 1];
-      pg[kAhead] = pg_next;
+      for (int j = 0; j < kAhead; ++j) row[j] = row[j + 1];
+      row[kAhead] = row_next;
     }
     return skipped;
   }
@@ -415,20 +439,20 @@ struct DecodeCta {
   // Sums the key slices' partial outputs and row sums, normalizes, and writes the output (one
   // split) or the split's output and log2-sum-exp.
   __device__ void store(int skipped) {
-    hopper::cp_async_wait<0>();
-    if (warp == 0 && lane % 4 == 0) {
-      s.m_run[lane / 4] = m_run[0];
-      s.m_run[lane / 4 + 8] = m_run[1];
-    }
-    __syncthreads();  // every warp is done with the stages; m_run is published
+    __syncthreads();  // every warp is done with the stages
     auto* red = reinterpret_cast<float*>(s.k);  // [kKeySlices][kMaxGroup][kHeadDim]
+    Epilogue& e = *reinterpret_cast<Epilogue*>(s.v);
+    if (warp == 0 && lane % 4 == 0) {
+      e.m_run[lane / 4] = m_run[0];
+      e.m_run[lane / 4 + 8] = m_run[1];
+    }
     const int r0 = lane / 4;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float li = l[i];
       li += __shfl_xor_sync(0xffffffff, li, 1);
       li += __shfl_xor_sync(0xffffffff, li, 2);
-      if (col0 == 0 && lane % 4 == 0) s.l[slice][r0 + 8 * i] = li;
+      if (col0 == 0 && lane % 4 == 0) e.l[slice][r0 + 8 * i] = li;
 #pragma unroll
       for (int nb = 0; nb < Cfg::kCols / 8; ++nb) {
         const int col = col0 + 8 * nb + 2 * (lane % 4);
@@ -436,7 +460,7 @@ struct DecodeCta {
             make_float2(o[nb][2 * i], o[nb][2 * i + 1]);
       }
     }
-    __syncthreads();
+    __syncthreads();  // the partial outputs, row sums and m_run are published
     const bool split_out = p.num_splits > 1;
     // Thread t of the CTA writes columns 2 (t % (D / 2)) + {0, 1} of rows t / (D / 2) + k R.
     constexpr int kPairs = kHeadDim / 2, kRowStep = kThreads / kPairs;
@@ -445,7 +469,7 @@ struct DecodeCta {
       float sum = 0.f, x0 = 0.f, x1 = 0.f;
 #pragma unroll
       for (int k = 0; k < kKeySlices; ++k) {
-        sum += s.l[k][row];
+        sum += e.l[k][row];
         const float2 part =
             *reinterpret_cast<const float2*>(&red[(k * kMaxGroup + row) * kHeadDim + col]);
         x0 += part.x;
@@ -458,7 +482,7 @@ struct DecodeCta {
         *reinterpret_cast<float2*>(dst) = make_float2(x0 * inv, x1 * inv);
         if (col == 0) {
           p.partial_lse[hr * p.num_splits + split] =
-              sum > 0.f ? s.m_run[row] * p.scale_log2 + __log2f(sum) : kNegInf;
+              sum > 0.f ? e.m_run[row] * p.scale_log2 + __log2f(sum) : kNegInf;
         }
       } else {
         auto* dst = static_cast<std::uint32_t*>(p.out) + (hr * kHeadDim + col) / 2;
@@ -485,7 +509,23 @@ struct DecodeCta {
       key_hi[i] = row < rows ? last : -1;
       key_lo[i] = p.window > 0 ? max(0, last - p.window + 1) : 0;
     }
+    if (tid == 0) {
+      hopper::tma_prefetch_descriptor(&p.tma_k);
+      hopper::tma_prefetch_descriptor(&p.tma_v);
+#pragma unroll
+      for (int j = 0; j < Cfg::kStagesK; ++j) {
+#pragma unroll
+        for (int w = 0; w < kKeySlices; ++w) hopper::mbar_init(&s.k_full[j][w], 1);
+      }
+#pragma unroll
+      for (int j = 0; j < Cfg::kStagesV; ++j) {
+#pragma unroll
+        for (int w = 0; w < Cfg::kWarps; ++w) hopper::mbar_init(&s.v_full[j][w], 1);
+      }
+      hopper::fence_barrier_init();
+    }
     load_q();
+    __syncthreads();  // the barriers are initialized
     // The splits cut the tiles from the one holding the first token's first key, as
     // reference_decode.
     const int first_key = p.window > 0 ? max(0, kv_len - p.q_len - p.window + 1) : 0;
@@ -514,7 +554,9 @@ struct DecodeCta {
 template <bool kBf16, int kHeadDim, bool kSkip>
 __global__ void __launch_bounds__(Config<kHeadDim>::kThreads)
     decode_kernel(const __grid_constant__ Params p) {
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // The combine kernel may be scheduled now: it waits for this grid's completion and memory.
+  hopper::launch_dependents();
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<kHeadDim>*>(smem_raw);
   DecodeCta<kBf16, kHeadDim, kSkip> cta{p, s};
   cta.split = blockIdx.x;
@@ -525,28 +567,63 @@ __global__ void __launch_bounds__(Config<kHeadDim>::kThreads)
 }
 
 // out[b, h, :] = sum over splits of 2^(lse_s - lse) * partial_o_s, lse the log2-sum-exp of all.
-// One CTA per (sequence, query head), one thread per column.
+// One CTA per (sequence, query head): thread t sums columns 4 (t % kQuads) + {0..3} over the
+// splits s = t / kQuads (mod kSplitGroups), so that a thread's few loads are in flight together;
+// the split groups' sums meet in shared memory. Launched as a programmatic dependent of the decode
+// kernel: its launch overlaps the decode grid, and it waits for that grid's results.
+inline constexpr int kCombineThreads = 256;
+
 template <bool kBf16, int kHeadDim>
-__global__ void __launch_bounds__(kHeadDim) combine_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(kCombineThreads)
+    combine_kernel(const __grid_constant__ Params p) {
+  constexpr int kQuads = kHeadDim / 4;
+  constexpr int kSplitGroups = kCombineThreads / kQuads;
+  static_assert(kCombineThreads >= kMaxSplits, "one thread per split's lse");
+  __shared__ float weight[kMaxSplits];
+  __shared__ float4 group_sum[kSplitGroups][kQuads];
+  hopper::wait_on_dependencies();
+  const int tid = threadIdx.x;
   const std::int64_t head_row = blockIdx.x;
-  const float* lse = p.partial_lse + head_row * p.num_splits;
+  const int n = p.num_splits;
+  if (tid < n) weight[tid] = p.partial_lse[head_row * n + tid];
+  __syncthreads();
   float m = -__builtin_huge_valf();
-  for (int i = 0; i < p.num_splits; ++i) m = fmaxf(m, lse[i]);
-  float acc = 0.f, total = 0.f;
-  for (int i = 0; i < p.num_splits; ++i) {
-    if (lse[i] == -__builtin_huge_valf()) continue;
-    const float w = exp2f(lse[i] - m);
-    total += w;
-    acc += w * p.partial_o[(head_row * p.num_splits + i) * kHeadDim + threadIdx.x];
+  for (int i = 0; i < n; ++i) m = fmaxf(m, weight[i]);
+  __syncthreads();  // every thread has the maximum before the weights replace the lses
+  if (tid < n) weight[tid] = weight[tid] == -__builtin_huge_valf() ? 0.f : exp2f(weight[tid] - m);
+  __syncthreads();
+  // An empty split wrote a zero output with weight 0.
+  const int quad = tid % kQuads;
+  const auto* part = reinterpret_cast<const float4*>(p.partial_o + head_row * n * kHeadDim);
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+  for (int i = tid / kQuads; i < n; i += kSplitGroups) {
+    const float w = weight[i];
+    const float4 x = part[i * kQuads + quad];
+    acc.x += w * x.x;
+    acc.y += w * x.y;
+    acc.z += w * x.z;
+    acc.w += w * x.w;
+  }
+  group_sum[tid / kQuads][quad] = acc;
+  __syncthreads();
+  if (tid >= kQuads) return;
+  float total = 0.f;
+  for (int i = 0; i < n; ++i) total += weight[i];
+  float4 x = group_sum[0][quad];
+#pragma unroll
+  for (int g = 1; g < kSplitGroups; ++g) {
+    const float4 y = group_sum[g][quad];
+    x.x += y.x;
+    x.y += y.y;
+    x.z += y.z;
+    x.w += y.w;
   }
   // total = 0: no split saw a key (a sequence shorter than q_len): 0, as one split writes.
-  const float x = total > 0.f ? acc / total : 0.f;
-  auto* out = static_cast<std::uint16_t*>(p.out) + head_row * kHeadDim + threadIdx.x;
-  if constexpr (kBf16) {
-    *reinterpret_cast<__nv_bfloat16*>(out) = __float2bfloat16_rn(x);
-  } else {
-    *reinterpret_cast<__half*>(out) = __float2half_rn(x);
-  }
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  auto* out = static_cast<std::uint32_t*>(p.out) + (head_row * kHeadDim + 4 * quad) / 2;
+  out[0] = hopper::pack_half2<kBf16>(x.x * inv, x.y * inv);
+  out[1] = hopper::pack_half2<kBf16>(x.z * inv, x.w * inv);
 }
 
 }  // namespace skipsoftmax::decode

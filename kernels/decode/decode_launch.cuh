@@ -26,9 +26,18 @@ void launch(const Params& params, int batch, cudaStream_t stream) {
   kernel<<<grid, Config<kHeadDim>::kThreads, kSmem, stream>>>(params);
   check_launch(cudaGetLastError(), "launch");
   if (params.num_splits > 1) {
-    const int head_rows = batch * params.q_len * params.num_heads_q;
-    combine_kernel<kBf16, kHeadDim><<<head_rows, kHeadDim, 0, stream>>>(params);
-    check_launch(cudaGetLastError(), "combine launch");
+    // A programmatic dependent launch: the combine grid is set up while the decode grid runs.
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(batch * params.q_len * params.num_heads_q);
+    config.blockDim = dim3(kCombineThreads);
+    config.stream = stream;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    check_launch(cudaLaunchKernelEx(&config, combine_kernel<kBf16, kHeadDim>, params),
+                 "combine launch");
   }
 }
 

@@ -1,5 +1,5 @@
-// Warp-level tensor-core and copy primitives for the decode kernels (sm_80+ instructions that
-// Hopper keeps): cp.async with zero fill, ldmatrix, mma.sync m16n8k16 with fp32 accumulation.
+// Warp-level tensor-core primitives for the decode kernels (sm_80+ instructions that Hopper
+// keeps): ldmatrix, mma.sync m16n8k16 with fp32 accumulation.
 #pragma once
 
 #include <cstdint>
@@ -7,22 +7,6 @@
 #include "ptx.cuh"
 
 namespace skipsoftmax::hopper {
-
-// 16 bytes global -> shared, bypassing L1; with valid = false the 16 bytes are zero-filled and
-// nothing is read (src must still be a mapped address).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // Four 8x8 16-bit matrices; lane l supplies the row address of matrix l / 8, row l % 8.
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* row) {

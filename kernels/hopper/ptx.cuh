@@ -75,6 +75,17 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+// ---- programmatic dependent launch --------------------------------------------------------------
+
+// Lets the grid launched after this one as a programmatic dependent start (it must wait).
+__device__ __forceinline__ void launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+// Waits until the grids this one depends on have completed and their memory is visible.
+__device__ __forceinline__ void wait_on_dependencies() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
 // ---- wgmma ------------------------------------------------------------------------------------
 
 __device__ __forceinline__ void wgmma_fence() {

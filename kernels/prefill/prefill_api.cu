@@ -1,6 +1,5 @@
 // Host API of the prefill kernels: argument checks, TMA descriptors, dispatch.
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <stdexcept>
 
 #include "../common/families.h"
+#include "../common/tensor_map.h"
 #include "../common/threshold_host.h"
 #include "prefill_launch.cuh"
 #include "skipsoftmax/prefill.h"
@@ -17,54 +17,8 @@
 namespace skipsoftmax {
 namespace {
 
+using common::make_tensor_map;
 using prefill::Params;
-
-void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("prefill: ") + what + ": " + cudaGetErrorString(err));
-  }
-}
-
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
-                                                cudaEnableDefault, &status),
-               "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
-    if (status != cudaDriverEntryPointSuccess || ptr == nullptr) {
-      throw std::runtime_error("prefill: the driver has no cuTensorMapEncodeTiled");
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
-  }();
-  return fn;
-}
-
-// [rows, heads, head_dim] 16-bit tensor seen by TMA as (head_dim, heads, rows) with boxes of
-// 64 x 1 x box_rows, 128-byte swizzled. Rows past `rows` read as zeros.
-CUtensorMap make_tensor_map(const void* base, std::int64_t rows, int heads, int head_dim,
-                            int box_rows, DType dtype) {
-  CUtensorMap map{};
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads),
-                              static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(head_dim) * 2,
-                                 static_cast<cuuint64_t>(heads) * head_dim * 2};
-  const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult r = encode_tiled()(
-      &map,
-      dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
-      const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    std::ostringstream msg;
-    msg << "prefill: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for a [" << rows
-        << ", " << heads << ", " << head_dim << "] tensor";
-    throw std::runtime_error(msg.str());
-  }
-  return map;
-}
 
 template <bool kSkip>
 void launch(const Params& params, const PrefillArguments& a, cudaStream_t stream) {
@@ -150,19 +104,19 @@ KernelChoice run_prefill(const PrefillArguments& a, void*, void* stream) {
   constexpr int kBlockM = prefill::TileConfig<128>::kBlockM;  // the same for every head dim
   const int block_n = prefill_vote_tiles(a.head_dim, a.kv_order).tile_k;
   Params p{};
-  p.tma_q = make_tensor_map(a.q, a.total_q, a.num_heads_q, a.head_dim, kBlockM, a.dtype);
+  p.tma_q = make_tensor_map("prefill", a.q, a.total_q, a.num_heads_q, a.head_dim, kBlockM, a.dtype);
   if (paged(a)) {
     const PagedKv& kv = a.paged_kv;
     const std::int64_t rows = kv.num_pages * kv.page_size;
     const int box = std::min(kv.page_size, block_n);
-    p.tma_k = make_tensor_map(kv.k_pages, rows, a.num_heads_kv, a.head_dim, box, a.dtype);
-    p.tma_v = make_tensor_map(kv.v_pages, rows, a.num_heads_kv, a.head_dim, box, a.dtype);
+    p.tma_k = make_tensor_map("prefill", kv.k_pages, rows, a.num_heads_kv, a.head_dim, box, a.dtype);
+    p.tma_v = make_tensor_map("prefill", kv.v_pages, rows, a.num_heads_kv, a.head_dim, box, a.dtype);
     p.page_table = kv.page_table;
     p.max_pages_per_seq = kv.max_pages_per_seq;
     p.page_shift = std::countr_zero(static_cast<unsigned>(kv.page_size));
   } else {
-    p.tma_k = make_tensor_map(a.k, a.total_k, a.num_heads_kv, a.head_dim, block_n, a.dtype);
-    p.tma_v = make_tensor_map(a.v, a.total_k, a.num_heads_kv, a.head_dim, block_n, a.dtype);
+    p.tma_k = make_tensor_map("prefill", a.k, a.total_k, a.num_heads_kv, a.head_dim, block_n, a.dtype);
+    p.tma_v = make_tensor_map("prefill", a.v, a.total_k, a.num_heads_kv, a.head_dim, block_n, a.dtype);
   }
   p.window = a.window;
   p.out = a.out;

@@ -405,6 +405,17 @@ TEST(GpuDecode, CanImplementNamesTheProblem) {
   a.threshold = Threshold::flat(1e-3);
   EXPECT_NE(can_implement(a).find("sliding-window decode"), std::string::npos) << can_implement(a);
   EXPECT_THROW(run_decode(a, nullptr, nullptr), std::invalid_argument);
+  // The combine kernel reads the split outputs as float4.
+  a.window = 0;
+  a.threshold = Threshold::dense();
+  a.num_splits = 2;
+  alignas(16) static unsigned char workspace[64];
+  try {
+    run_decode(a, workspace + 4, nullptr);
+    ADD_FAILURE() << "a misaligned workspace was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("16-byte aligned"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
