@@ -298,8 +298,13 @@ TEST(GpuDecode, SkipLaunchesSplitFinerThanDenseOnes) {
   EXPECT_EQ(splits(64, 32768, skip), 2);  // 4 waves of 264 CTAs
   EXPECT_EQ(splits(8, 32768, dense), 4);
   EXPECT_EQ(splits(8, 32768, skip), 8);  // 64 tiles a split
-  EXPECT_EQ(splits(1, 32768, dense), 33);
-  EXPECT_EQ(splits(1, 32768, skip), 33);  // never fewer than dense
+  EXPECT_EQ(splits(4, 32768, dense), 8);   // two CTAs per SM: 64 tiles a split
+  EXPECT_EQ(splits(2, 32768, dense), 8);   // one CTA per SM: splits of 32 tiles are too short
+  EXPECT_EQ(splits(1, 32768, dense), 16);
+  EXPECT_EQ(splits(1, 32768, skip), 16);  // never fewer than dense
+  EXPECT_EQ(splits(1, 131072, dense), 16);  // 33 would leave 62 tiles a split
+  EXPECT_EQ(splits(1, 131072, skip), 32);   // 64 tiles a split
+  EXPECT_EQ(splits(1, 4096, dense), 16);  // 4 tiles a split
   EXPECT_EQ(splits(64, 4096, skip), 1);
   DecodeArguments forced;
   forced.batch = 64;
