@@ -2,6 +2,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <sstream>
@@ -35,6 +37,29 @@ KernelChoice kernel_for(const DecodeArguments& a) {
   return a.force_kernel.value_or(choose_decode_kernel(a.threshold, a.max_seq_len));
 }
 
+// CTAs of the kernel family a launch runs that one multiprocessor holds at once, from the
+// runtime's occupancy calculator (once per family); where it cannot say (no GPU, as in the host
+// tests), what it says on the H100/H200 for this build: 3 at head dim 64, 2 at 128, 1 at 256.
+int ctas_per_sm(const DecodeArguments& a) {
+  const bool bf16 = a.dtype == DType::kBF16, skip = kernel_for(a) == KernelChoice::kSkip;
+  const int dim_index = a.head_dim == 64 ? 0 : a.head_dim == 128 ? 1 : 2;
+  static std::array<std::atomic<int>, 12> known{};  // 0: not asked yet
+  std::atomic<int>& slot = known[(bf16 * 3 + dim_index) * 2 + skip];
+  if (slot.load() == 0) {
+    int ctas = 0;
+    try {
+      common::dispatch_family(bf16, a.head_dim, "decode", [&]<bool kBf16, int kD>() {
+        ctas = skip ? decode::resident_ctas_family<kBf16, kD, true>()
+                    : decode::resident_ctas_family<kBf16, kD, false>();
+      });
+    } catch (const std::invalid_argument&) {
+      // Not compiled: can_implement refuses the launch; the count only sizes splits.
+    }
+    slot.store(ctas > 0 ? ctas : std::array{3, 2, 1}[dim_index]);
+  }
+  return slot.load();
+}
+
 template <bool kSkip>
 void launch(const decode::Params& params, const DecodeArguments& a, cudaStream_t stream) {
   common::dispatch_family(a.dtype == DType::kBF16, a.head_dim, "decode", [&]<bool kBf16, int kD>() {
@@ -44,15 +69,20 @@ void launch(const decode::Params& params, const DecodeArguments& a, cudaStream_t
 
 }  // namespace
 
-// Dense launches: as many splits as fit one wave of two CTAs per multiprocessor (one for head
-// dim 256, whose tiles fill shared memory), rounded down so that no second, almost empty wave
-// follows; at least 4 tiles (256 keys) per split, so that the copy pipeline runs full. Where that
-// leaves splits of under 64 tiles (few, short sequences), one CTA per multiprocessor instead:
-// measured at batch 1, 8k-64k keys, 2.5-5% faster (1 x 32k: 16 splits 50.8 us, 33 splits 53.1),
-// 2 x 32k 1.7%; a count between the two (20 or 24 at batch 1) loads some multiprocessors twice
-// and was 8-15% slower (H200, run 70). Examples, 132 SMs, 8 KV heads: 32k keys, batch 1: 16
-// splits of 32 tiles; batch 4: 8 splits of 64 tiles (two CTAs per SM); batch 8: 264 / 64 = 4
-// splits (256 CTAs, not 5 splits in 1.2 waves).
+// Dense launches: as many splits as fit one wave of the CTAs a multiprocessor holds (3 at head
+// dim 64, 2 at 128, 1 at 256: ctas_per_sm), rounded down so that no second, almost empty wave
+// follows; at least 4 tiles (256 keys) per split, so that the copy pipeline runs full.
+// - Where that leaves splits of under 64 tiles (few, short sequences), one CTA per
+//   multiprocessor instead: measured at batch 1, 8k-64k keys, 2.5-5% faster (1 x 32k: 16 splits
+//   50.8 us, 33 splits 53.1), 2 x 32k 1.7%; a count between the two (20 or 24 at batch 1) loads
+//   some multiprocessors twice and was 8-15% slower (H200, run 70).
+// - Where one split already needs more than a wave, the fewest splits (up to 4) whose CTAs fill
+//   90% of their waves' slots (else the best filled): the multiprocessors of a thin last wave
+//   hold one CTA each, too few bytes in flight (head dim 64, 64 x 32k: 512 CTAs on 396 slots,
+//   1 split 1,203 us, 2 splits 1,062, run 73).
+// Examples, 132 SMs, 8 KV heads, head dim 128: 32k keys, batch 1: 16 splits of 32 tiles; batch 4:
+// 8 splits of 64 tiles (two CTAs per SM); batch 8: 264 / 64 = 4 splits (256 CTAs, not 5 splits in
+// 1.2 waves); batch 64: 1 split (512 CTAs, the second wave 94% full).
 // Skip launches: a CTA's time follows its sparsity, which differs between sequences and heads,
 // so the block scheduler needs more, shorter CTAs to even out the multiprocessors' loads: at
 // least the dense count, and up to 4 waves where each split keeps 64 tiles (its own sink seed
@@ -60,19 +90,33 @@ void launch(const decode::Params& params, const DecodeArguments& a, cudaStream_t
 // went from 1.45x (1 split) to 1.52x (2 splits), 8 x 32k from 1.39x (4) to 1.43x (8).
 int decode_num_splits(const DecodeArguments& a) {
   if (a.num_splits > 0) return a.num_splits;
-  const int per_sm = a.head_dim == 256 ? 1 : 2;
+  const int per_sm = ctas_per_sm(a);
+  const int slots = multiprocessors() * per_sm;
   const int ctas = std::max(1, a.batch * a.num_heads_kv);
   // With a window the new tokens see window + q_len - 1 keys, from a tile boundary.
   const int keys = a.window > 0 ? std::min(a.max_seq_len, a.window + a.q_len - 1 + decode::kTileK)
                                 : a.max_seq_len;
   const int n_tiles = (keys + decode::kTileK - 1) / decode::kTileK;
+  const int most = std::max(1, n_tiles / 4);
   const auto one_wave = [&](int ctas_per_sm) {
-    return std::max(1, std::min(multiprocessors() * ctas_per_sm / ctas, n_tiles / 4));
+    return std::clamp(multiprocessors() * ctas_per_sm / ctas, 1, most);
   };
   int splits = one_wave(per_sm);
   if (per_sm > 1 && splits > 1 && n_tiles / splits < 64) splits = one_wave(1);
+  if (ctas > slots) {
+    double best = 0.0;  // the share of the waves' slots that CTAs fill
+    for (int s = 1; s <= std::min(4, most); ++s) {
+      const int waves = (ctas * s + slots - 1) / slots;
+      const double filled = static_cast<double>(ctas * s) / (waves * slots);
+      if (filled > best + 1e-9) {
+        best = filled;
+        splits = s;
+      }
+      if (filled >= 0.9) break;
+    }
+  }
   if (kernel_for(a) == KernelChoice::kSkip) {
-    splits = std::max(splits, std::min(4 * multiprocessors() * per_sm / ctas, n_tiles / 64));
+    splits = std::max(splits, std::min(4 * slots / ctas, n_tiles / 64));
   }
   return std::clamp(splits, 1, kMaxSplits);
 }

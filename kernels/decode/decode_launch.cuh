@@ -41,9 +41,28 @@ void launch(const Params& params, int batch, cudaStream_t stream) {
   }
 }
 
+// CTAs of this family one multiprocessor holds at once (registers, shared memory); 0 when the
+// runtime cannot say (no GPU).
+template <bool kBf16, int kHeadDim, bool kSkip>
+int resident_ctas() {
+  auto kernel = decode_kernel<kBf16, kHeadDim, kSkip>;
+  constexpr int kSmem = static_cast<int>(sizeof(SharedStorage<kHeadDim>));
+  int ctas = 0;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) !=
+          cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, Config<kHeadDim>::kThreads,
+                                                    kSmem) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return ctas;
+}
+
 // One declaration per compiled family; each is defined in its own instantiation file.
 template <bool kBf16, int kHeadDim, bool kSkip>
 void launch_family(const Params& params, int batch, cudaStream_t stream);
+template <bool kBf16, int kHeadDim, bool kSkip>
+int resident_ctas_family();
 
 }  // namespace skipsoftmax::decode
 
@@ -53,5 +72,9 @@ void launch_family(const Params& params, int batch, cudaStream_t stream);
   void launch_family<BF16, HEAD_DIM, SKIP>(const Params& params, int batch,                  \
                                            cudaStream_t stream) {                            \
     launch<BF16, HEAD_DIM, SKIP>(params, batch, stream);                                     \
+  }                                                                                          \
+  template <>                                                                                \
+  int resident_ctas_family<BF16, HEAD_DIM, SKIP>() {                                         \
+    return resident_ctas<BF16, HEAD_DIM, SKIP>();                                            \
   }                                                                                          \
   }

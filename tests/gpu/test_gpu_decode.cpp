@@ -283,9 +283,9 @@ TEST(GpuDecode, SkipLaunchesSplitFinerThanDenseOnes) {
   }
   cudaGetLastError();
   if (sms != 132) GTEST_SKIP() << "the expected counts are for 132 multiprocessors";
-  const auto splits = [](int batch, int len, const Threshold& th) {
+  const auto splits = [](int batch, int len, const Threshold& th, int head_dim = 128) {
     DecodeArguments a;
-    a.head_dim = 128;
+    a.head_dim = head_dim;
     a.num_heads_q = 32;
     a.num_heads_kv = 8;
     a.batch = batch;
@@ -305,6 +305,10 @@ TEST(GpuDecode, SkipLaunchesSplitFinerThanDenseOnes) {
   EXPECT_EQ(splits(1, 131072, dense), 16);  // 33 would leave 62 tiles a split
   EXPECT_EQ(splits(1, 131072, skip), 32);   // 64 tiles a split
   EXPECT_EQ(splits(1, 4096, dense), 16);  // 4 tiles a split
+  EXPECT_EQ(splits(48, 32768, dense), 2);  // 384 CTAs: 1.45 waves; 2 splits fill 97% of 3
+  // Head dim 64: three CTAs per SM. 512 CTAs on 396 slots fill 65% of 2 waves, 1,536 97% of 4.
+  EXPECT_EQ(splits(64, 32768, dense, 64), 3);
+  EXPECT_EQ(splits(8, 32768, dense, 64), 6);  // one wave: 396 / 64
   EXPECT_EQ(splits(64, 4096, skip), 1);
   DecodeArguments forced;
   forced.batch = 64;
