@@ -69,25 +69,30 @@ void launch(const decode::Params& params, const DecodeArguments& a, cudaStream_t
 
 }  // namespace
 
-// Dense launches: as many splits as fit one wave of the CTAs a multiprocessor holds (3 at head
-// dim 64, 2 at 128, 1 at 256: ctas_per_sm), rounded down so that no second, almost empty wave
-// follows; at least 4 tiles (256 keys) per split, so that the copy pipeline runs full.
+// Dense launches: as many splits as fit one wave of two CTAs per multiprocessor (one for head
+// dim 256, whose tiles fill shared memory), rounded down so that no second, almost empty wave
+// follows; at least 4 tiles (256 keys) per split, so that the copy pipeline runs full. Head dim
+// 64 holds three CTAs per multiprocessor (ctas_per_sm), but a one-wave launch of two a
+// multiprocessor ran faster (8 x 32k: 4 splits 141.5 us, 6 splits 145.0-145.9, run 74).
 // - Where that leaves splits of under 64 tiles (few, short sequences), one CTA per
 //   multiprocessor instead: measured at batch 1, 8k-64k keys, 2.5-5% faster (1 x 32k: 16 splits
 //   50.8 us, 33 splits 53.1), 2 x 32k 1.7%; a count between the two (20 or 24 at batch 1) loads
 //   some multiprocessors twice and was 8-15% slower (H200, run 70).
-// - Where one split already needs more than a wave, the fewest splits (up to 4) whose CTAs fill
-//   90% of their waves' slots (else the best filled): the multiprocessors of a thin last wave
-//   hold one CTA each, too few bytes in flight (head dim 64, 64 x 32k: 512 CTAs on 396 slots,
-//   1 split 1,203 us, 2 splits 1,062, run 73).
+// - Where one split already needs more than a wave of the CTAs a multiprocessor holds, the
+//   fewest splits (up to 4) whose CTAs fill 90% of their waves' slots (else the best filled):
+//   the multiprocessors of a thin last wave hold one CTA each, too few bytes in flight (run 74:
+//   head dim 64, 64 x 32k, 512 CTAs on 396 slots: 1 split 1,211 us, 3 splits 1,011; head dim
+//   128, 48 x 32k: 1 split 1,642 us, 2 splits 1,478-1,488).
 // Examples, 132 SMs, 8 KV heads, head dim 128: 32k keys, batch 1: 16 splits of 32 tiles; batch 4:
 // 8 splits of 64 tiles (two CTAs per SM); batch 8: 264 / 64 = 4 splits (256 CTAs, not 5 splits in
-// 1.2 waves); batch 64: 1 split (512 CTAs, the second wave 94% full).
+// 1.2 waves); batch 48: 2 splits; batch 64: 1 split (512 CTAs, 97% of two waves).
 // Skip launches: a CTA's time follows its sparsity, which differs between sequences and heads,
-// so the block scheduler needs more, shorter CTAs to even out the multiprocessors' loads: at
-// least the dense count, and up to 4 waves where each split keeps 64 tiles (its own sink seed
-// and pipeline fill stay small). Measured at 75% of the tiles skipped (H200, run 27): 64 x 32k
-// went from 1.45x (1 split) to 1.52x (2 splits), 8 x 32k from 1.39x (4) to 1.43x (8).
+// so the block scheduler needs more, shorter CTAs to even out the multiprocessors' loads: the
+// most splits, up to 4 waves where each split keeps 64 tiles (its own sink seed and pipeline
+// fill stay small), whose CTAs fill 90% of their waves, and never fewer than the dense count.
+// Measured at 75% of the tiles skipped (H200, run 27): 64 x 32k went from 1.45x (1 split) to
+// 1.52x (2 splits), 8 x 32k from 1.39x (4) to 1.43x (8); at head dim 64, 8 x 32k, 8 splits (512
+// CTAs on 396 slots) took 122.7 us, 6 splits 94.1 (run 74).
 int decode_num_splits(const DecodeArguments& a) {
   if (a.num_splits > 0) return a.num_splits;
   const int per_sm = ctas_per_sm(a);
@@ -101,22 +106,31 @@ int decode_num_splits(const DecodeArguments& a) {
   const auto one_wave = [&](int ctas_per_sm) {
     return std::clamp(multiprocessors() * ctas_per_sm / ctas, 1, most);
   };
-  int splits = one_wave(per_sm);
+  // The share of its waves' slots that a launch of s splits fills.
+  const auto filled = [&](int s) {
+    const int waves = (ctas * s + slots - 1) / slots;
+    return static_cast<double>(ctas * s) / (static_cast<double>(waves) * slots);
+  };
+  int splits = one_wave(std::min(per_sm, 2));
   if (per_sm > 1 && splits > 1 && n_tiles / splits < 64) splits = one_wave(1);
   if (ctas > slots) {
-    double best = 0.0;  // the share of the waves' slots that CTAs fill
+    double best = 0.0;
     for (int s = 1; s <= std::min(4, most); ++s) {
-      const int waves = (ctas * s + slots - 1) / slots;
-      const double filled = static_cast<double>(ctas * s) / (waves * slots);
-      if (filled > best + 1e-9) {
-        best = filled;
+      if (filled(s) > best + 1e-9) {
+        best = filled(s);
         splits = s;
       }
-      if (filled >= 0.9) break;
+      if (filled(s) >= 0.9) break;
     }
   }
   if (kernel_for(a) == KernelChoice::kSkip) {
-    splits = std::max(splits, std::min(4 * slots / ctas, n_tiles / 64));
+    const int finest = std::min(4 * slots / ctas, n_tiles / 64);
+    for (int s = finest; s > splits; --s) {
+      if (filled(s) >= 0.9) {
+        splits = s;
+        break;
+      }
+    }
   }
   return std::clamp(splits, 1, kMaxSplits);
 }

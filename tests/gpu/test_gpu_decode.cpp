@@ -308,7 +308,9 @@ TEST(GpuDecode, SkipLaunchesSplitFinerThanDenseOnes) {
   EXPECT_EQ(splits(48, 32768, dense), 2);  // 384 CTAs: 1.45 waves; 2 splits fill 97% of 3
   // Head dim 64: three CTAs per SM. 512 CTAs on 396 slots fill 65% of 2 waves, 1,536 97% of 4.
   EXPECT_EQ(splits(64, 32768, dense, 64), 3);
-  EXPECT_EQ(splits(8, 32768, dense, 64), 6);  // one wave: 396 / 64
+  EXPECT_EQ(splits(64, 32768, skip, 64), 3);
+  EXPECT_EQ(splits(8, 32768, dense, 64), 4);  // one wave at two a multiprocessor
+  EXPECT_EQ(splits(8, 32768, skip, 64), 6);   // 8 would fill 65% of 2 waves, 6 97% of one
   EXPECT_EQ(splits(64, 4096, skip), 1);
   DecodeArguments forced;
   forced.batch = 64;
