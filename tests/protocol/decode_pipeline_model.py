@@ -21,30 +21,9 @@ frees its stage) must fail in some.
 import random
 import sys
 
+from mbarrier_model import Barrier, wait
+
 SLICES = 4
-
-
-class Barrier:
-    def __init__(self, count):
-        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
-
-    def arrive_expect_tx(self, nbytes):
-        self.tx += nbytes
-        self.pending -= 1
-        assert self.pending >= 0, "more arrivals than the barrier expects"
-        self._complete()
-
-    def complete_tx(self, nbytes):
-        self.tx -= nbytes
-        self._complete()
-
-    def _complete(self):
-        if self.pending == 0 and self.tx == 0:
-            self.phase += 1
-            self.pending = self.count
-
-    def parity_done(self, parity):
-        return (self.phase & 1) != parity
 
 
 def simulate(n_tiles, seed, vote, split_seed, col_groups, ahead=3, behind=3, mutation=None):
@@ -65,10 +44,6 @@ def simulate(n_tiles, seed, vote, split_seed, col_groups, ahead=3, behind=3, mut
     p_skip = rng.choice([0.0, 0.3, 0.75, 0.95])
     skips = [vote and rng.random() < p_skip for _ in range(n_tiles)]
     seeded = vote and split_seed and n_tiles > 0
-
-    def wait(barrier, parity):
-        while not barrier.parity_done(parity):
-            yield
 
     def syncthreads():
         generation = cta["generation"]

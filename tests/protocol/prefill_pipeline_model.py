@@ -24,34 +24,10 @@ V thread reads a verdict slot that was overwritten.
 import random
 import sys
 
+from mbarrier_model import Barrier, wait
+
 V_STAGES = 2
 CONSUMER_WARPS = 8  # empty barriers count one arrival per consumer warp (4 per warpgroup)
-
-
-class Barrier:
-    def __init__(self, count):
-        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
-
-    def arrive(self, n=1):
-        self.pending -= n
-        assert self.pending >= 0, "more arrivals than the barrier expects"
-        self._complete()
-
-    def arrive_expect_tx(self, nbytes):
-        self.tx += nbytes
-        self.arrive()
-
-    def complete_tx(self, nbytes):
-        self.tx -= nbytes
-        self._complete()
-
-    def _complete(self):
-        if self.pending == 0 and self.tx == 0:
-            self.phase += 1
-            self.pending = self.count
-
-    def parity_done(self, parity):
-        return (self.phase & 1) != parity
 
 
 def simulate(n_tiles, seed, mode, K_STAGES=3, SLOTS=8, READY=8):
@@ -80,10 +56,6 @@ def simulate(n_tiles, seed, mode, K_STAGES=3, SLOTS=8, READY=8):
         generation = turn[i]["generation"]
         turn_arrive(i)
         while turn[i]["generation"] == generation:
-            yield
-
-    def wait(barrier, parity):
-        while not barrier.parity_done(parity):
             yield
 
     def k_producer():
