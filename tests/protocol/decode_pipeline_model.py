@@ -21,7 +21,7 @@ frees its stage) must fail in some.
 import random
 import sys
 
-from mbarrier_model import Barrier, wait
+from mbarrier_model import Barrier, run_interleaved, wait
 
 SLICES = 4
 
@@ -135,30 +135,19 @@ def simulate(n_tiles, seed, vote, split_seed, col_groups, ahead=3, behind=3, mut
         yield from syncthreads()  # store(): every warp is done with the stages
         assert not in_flight, f"copies {in_flight} in flight as the epilogue reuses the stages"
 
+    def land(copy):
+        kind, stage, index, tile = copy
+        if kind == "k":
+            k_buf[stage][index] = tile
+            k_readers[stage][index] = {w for w, (s, _) in enumerate(warps) if s == index}
+            k_full[stage][index].complete_tx(1)
+        else:
+            v_buf[stage][index] = tile
+            v_readers[stage][index] = {index}
+            v_full[stage][index].complete_tx(1)
+
     actors = {w: warp(w) for w in range(len(warps))}
-    finished = set()
-    for _ in range(400000):
-        if len(finished) == len(actors):
-            return None
-        if in_flight and rng.random() < 0.3:
-            kind, stage, index, tile = in_flight.pop(rng.randrange(len(in_flight)))
-            if kind == "k":
-                k_buf[stage][index] = tile
-                k_readers[stage][index] = {w for w, (s, _) in enumerate(warps) if s == index}
-                k_full[stage][index].complete_tx(1)
-            else:
-                v_buf[stage][index] = tile
-                v_readers[stage][index] = {index}
-                v_full[stage][index].complete_tx(1)
-            continue
-        name = rng.choice([a for a in actors if a not in finished])
-        try:
-            next(actors[name])
-        except StopIteration:
-            finished.add(name)
-        except AssertionError as e:
-            return str(e)
-    return "deadlock"
+    return run_interleaved(actors, in_flight, land, rng, 400000)
 
 
 def runs(mutation=None, count=40):

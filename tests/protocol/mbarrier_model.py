@@ -33,3 +33,24 @@ def wait(barrier, parity):
     """A coroutine step: yields until the phase of parity `parity` has completed."""
     while not barrier.parity_done(parity):
         yield
+
+
+def run_interleaved(actors, in_flight, land, rng, steps):
+    """Runs the coroutines `actors` (name -> generator) one random step at a time; a copy of
+    `in_flight` lands (land(copy)) with probability 0.3 a step. Returns None once every actor
+    has finished, an assertion's message, or "deadlock" after `steps` steps."""
+    finished = set()
+    for _ in range(steps):
+        if len(finished) == len(actors):
+            return None
+        if in_flight and rng.random() < 0.3:
+            land(in_flight.pop(rng.randrange(len(in_flight))))
+            continue
+        name = rng.choice([a for a in actors if a not in finished])
+        try:
+            next(actors[name])
+        except StopIteration:
+            finished.add(name)
+        except AssertionError as e:
+            return str(e)
+    return "deadlock"

@@ -24,7 +24,7 @@ V thread reads a verdict slot that was overwritten.
 import random
 import sys
 
-from mbarrier_model import Barrier, wait
+from mbarrier_model import Barrier, run_interleaved, wait
 
 V_STAGES = 2
 CONSUMER_WARPS = 8  # empty barriers count one arrival per consumer warp (4 per warpgroup)
@@ -174,28 +174,17 @@ def simulate(n_tiles, seed, mode, K_STAGES=3, SLOTS=8, READY=8):
         if wg == 0:
             yield from turn_sync(0)
 
+    def land(copy):
+        kind, stage, tile = copy
+        if kind == "k":
+            k_holds[stage] = tile
+            full_k[stage].complete_tx(1)
+        else:
+            v_holds[stage] = tile
+            v_ready[tile % READY].complete_tx(1)
+
     actors = {"k": k_producer(), "v": v_producer(), "wg0": consumer(0), "wg1": consumer(1)}
-    finished = set()
-    for _ in range(500000):
-        if len(finished) == len(actors):
-            return None
-        if in_flight and rng.random() < 0.3:
-            kind, stage, tile = in_flight.pop(rng.randrange(len(in_flight)))
-            if kind == "k":
-                k_holds[stage] = tile
-                full_k[stage].complete_tx(1)
-            else:
-                v_holds[stage] = tile
-                v_ready[tile % READY].complete_tx(1)
-            continue
-        name = rng.choice([a for a in actors if a not in finished])
-        try:
-            next(actors[name])
-        except StopIteration:
-            finished.add(name)
-        except AssertionError as e:
-            return str(e)
-    return "deadlock"
+    return run_interleaved(actors, in_flight, land, rng, 500000)
 
 
 def main():
