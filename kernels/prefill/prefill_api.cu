@@ -101,10 +101,11 @@ KernelChoice run_prefill(const PrefillArguments& a, void*, void* stream) {
   }
   const KernelChoice choice =
       a.force_kernel.value_or(choose_prefill_kernel(a.threshold, a.max_seqlen_k, a.kv_history));
-  constexpr int kBlockM = prefill::TileConfig<128>::kBlockM;  // the same for every head dim
+  // Query rows per CTA: 64 a consumer warpgroup (the CTA's Q box and its grid's x extent).
+  const int block_m = 64 * prefill::consumer_warpgroups(a.head_dim);
   const int block_n = prefill_vote_tiles(a.head_dim, a.kv_order).tile_k;
   Params p{};
-  p.tma_q = make_tensor_map("prefill", a.q, a.total_q, a.num_heads_q, a.head_dim, kBlockM, a.dtype);
+  p.tma_q = make_tensor_map("prefill", a.q, a.total_q, a.num_heads_q, a.head_dim, block_m, a.dtype);
   if (paged(a)) {
     const PagedKv& kv = a.paged_kv;
     const std::int64_t rows = kv.num_pages * kv.page_size;
@@ -125,7 +126,7 @@ KernelChoice run_prefill(const PrefillArguments& a, void*, void* stream) {
   p.batch = a.batch;
   p.num_heads_q = a.num_heads_q;
   p.num_heads_kv = a.num_heads_kv;
-  p.num_m_blocks = (a.max_seqlen_q + kBlockM - 1) / kBlockM;
+  p.num_m_blocks = (a.max_seqlen_q + block_m - 1) / block_m;
   constexpr double kLog2e = 1.4426950408889634;
   const double scale = a.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
   p.scale_log2 = static_cast<float>(scale * kLog2e);

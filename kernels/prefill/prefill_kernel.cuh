@@ -1,11 +1,11 @@
 // The Hopper prefill kernel: FlashAttention with warp specialization, and its skip-softmax twin.
 //
-// One CTA computes a tile of kBlockM = 128 query rows of one query head. Warpgroup 0 is the
-// producer: one thread streams Q once and K/V tiles through multi-stage shared-memory pipelines
-// with TMA, each stage guarded by a full and an empty mbarrier. Warpgroups 1 and 2 are consumers,
-// 64 query rows each: S = Q K^T and O += P V run on the tensor cores with wgmma (S from shared
-// memory, P from registers), and the next tile's Q K^T is issued before this tile's P V so that
-// the softmax of one overlaps the matrix products of the other.
+// One CTA computes a tile of kBlockM query rows of one query head. Warpgroup 0 is the producer:
+// one thread streams Q once and K/V tiles through multi-stage shared-memory pipelines with TMA,
+// each stage guarded by a full and an empty mbarrier. The other warpgroups are consumers, 64 query
+// rows each (two; three at head dim 64): S = Q K^T and O += P V run on the tensor cores with wgmma
+// (S from shared memory, P from registers), and the next tile's Q K^T is issued before this tile's
+// P V so that the softmax of one overlaps the matrix products of the other.
 //
 // Skip variant (kSkip): after each S tile every consumer warpgroup votes. The tile is skipped when
 // rowmax(S) - max(m_run, rowmax(S)) < ln(lambda) / scale (raw scores; the same test as the
@@ -25,11 +25,20 @@
 
 namespace skipsoftmax::prefill {
 
+// Consumer warpgroups of a CTA. At head dim 64 a score tile carries half the tensor work of head
+// dim 128 and the same softmax, and with two warpgroups the tensor cores sat idle half the time
+// (Nsight Compute, run 76: 49% busy, the warps stalled mostly on fixed-latency dependencies), so
+// CTAs of head dim 64 run three, as FlashAttention-3 does at this head dim. Three warpgroups get
+// 160 registers a thread: their voting loop holds one score tile (vote_loop_single) where that of
+// two holds two.
+constexpr int consumer_warpgroups(int head_dim) { return head_dim == 64 ? 3 : 2; }
+
 template <int kHeadDim>
 struct TileConfig {
-  static constexpr int kBlockM = 128;                         // query rows per CTA
-  static constexpr int kRowsPerWarpgroup = 64;                // the vote unit's rows
-  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;  // keys per KV tile
+  static constexpr int kConsumers = consumer_warpgroups(kHeadDim);
+  static constexpr int kRowsPerWarpgroup = 64;                    // the vote unit's rows
+  static constexpr int kBlockM = kRowsPerWarpgroup * kConsumers;  // query rows per CTA
+  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;      // keys per KV tile
 #ifndef SKIPSOFTMAX_K_STAGES
 #define SKIPSOFTMAX_K_STAGES 3
 #endif
@@ -49,13 +58,21 @@ struct TileConfig {
   static constexpr int kBoxCols = 64;  // 16-bit elements per 128-byte swizzled row
   static constexpr int kDBoxes = kHeadDim / kBoxCols;
   static constexpr std::uint32_t kKvTileBytes = kBlockN * kHeadDim * 2;  // one K or V tile
-  static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
+  static constexpr int kThreads = 128 * (1 + kConsumers);  // the producer and the consumers
+  // Named barrier of warpgroup g's turn (after the vote barriers 1 .. kConsumers), and the
+  // warpgroup whose turn follows g's.
+  __host__ __device__ static constexpr int turn_barrier(int g) { return 1 + kConsumers + g; }
+  __host__ __device__ static constexpr int next_turn(int g) {
+    return kConsumers == 2 ? 1 - g : (g + 1) % kConsumers;
+  }
+  static constexpr int kConsumerWarps = 4 * kConsumers;  // arrivals that free a K or V stage
   // setmaxnreg moves registers between the warpgroups within what the CTA got at launch (65536 /
-  // 384, rounded down to 8: 168 a thread); a consumer's allocation waits until the producer's
-  // release covers it, so asking for more than that pool hangs every CTA.
+  // threads, rounded down to 8: 168 a thread with two consumers, 128 with three); a consumer's
+  // allocation waits until the producer's release covers it, so asking for more than that pool
+  // hangs every CTA.
   static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
-  static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <=
+  static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
+  static_assert(128 * kProducerRegisters + 128 * kConsumers * kConsumerRegisters <=
                     kThreads * (65536 / kThreads / 8 * 8),
                 "the warpgroups' registers exceed the CTA's launch allocation");
 };
@@ -72,11 +89,11 @@ struct alignas(1024) SharedStorage {
   std::uint64_t empty_k[Cfg::kStagesK];
   std::uint64_t v_ready[Cfg::kPositionRing];  // V of position t landed (or was dropped): t % ring
   std::uint64_t empty_v[Cfg::kStagesV];
-  // Voting CTAs: both warpgroups' verdicts on position t in slot t % ring, read once by the V
+  // Voting CTAs: every warpgroup's verdict on position t in slot t % ring, read once by the V
   // thread, which then frees the slot.
   std::uint64_t voted[Cfg::kPositionRing];
   std::uint64_t slot_free[Cfg::kPositionRing];
-  int verdict[Cfg::kPositionRing][2];
+  int verdict[Cfg::kPositionRing][Cfg::kConsumers];
 };
 static_assert(sizeof(SharedStorage<256>) <= 227 * 1024, "shared memory of an H100/H200 SM");
 
@@ -99,9 +116,9 @@ inline constexpr bool kDropSkippedV = SKIPSOFTMAX_PREFILL_DROP_V;
 static_assert(TileConfig<128>::kStagesK >= 2 && TileConfig<256>::kStagesK >= 2,
               "the voting loop needs at least 2 K stages");
 
-// Named barrier ids: 0 is __syncthreads. Per consumer warpgroup: one for its vote and one for its
-// turn at issuing matrix products.
-enum BarrierId { kVoteBarrier = 1, kTurnBarrier = 3 };
+// Named barrier ids: 0 is __syncthreads. Per consumer warpgroup g: kVoteBarrier + g for its vote,
+// and turn_barrier(g) of TileConfig for its turn at issuing matrix products.
+inline constexpr int kVoteBarrier = 1;
 
 using common::lambda_for;
 
@@ -233,24 +250,27 @@ __device__ __forceinline__ void produce_v(const Params& p, const CtaWork& w,
   using Cfg = TileConfig<kHeadDim>;
   using namespace hopper;
   constexpr int kRing = Cfg::kPositionRing;
-  unsigned kept_bits = 0;  // bit 2 (read - t) + g: warpgroup g keeps position t
+  constexpr int kG = Cfg::kConsumers;
+  unsigned kept_bits = 0;  // bit kG (read - t) + g: warpgroup g keeps position t
   int read = -1;           // verdicts read for the positions up to here
-  // Bit g set when warpgroup g keeps position t (read - 16 < t; t never lags read by more than 2).
+  // Bit g set when warpgroup g keeps position t (t never lags read by more than 2).
   const auto keepers = [&](int t) {
     while (read < t) {
       const int q = ++read, slot = q % kRing;
       mbar_wait(&s.voted[slot], (q / kRing) & 1);
-      const unsigned bits = (s.verdict[slot][0] ? 0u : 1u) | (s.verdict[slot][1] ? 0u : 2u);
+      unsigned bits = 0;
+#pragma unroll
+      for (int g = 0; g < kG; ++g) bits |= s.verdict[slot][g] ? 0u : 1u << g;
       mbar_arrive(&s.slot_free[slot]);
-      kept_bits = (kept_bits << 2) | bits;
+      kept_bits = (kept_bits << kG) | bits;
     }
-    return (kept_bits >> (2 * (read - t))) & 3u;
+    return (kept_bits >> (kG * (read - t))) & ((1u << kG) - 1);
   };
   for (int pos = 0; pos < w.n_tiles; ++pos) {
     const int stage = pos % Cfg::kStagesV;
     if (w.voting && pos >= Cfg::kStagesV) {
       const unsigned kept = keepers(pos - Cfg::kStagesV);
-      for (int g = 0; g < 2; ++g) {
+      for (int g = 0; g < kG; ++g) {
         if (!(kept & (1u << g))) mbar_arrive(&s.empty_v[stage], 4);  // its four warps
       }
     }
@@ -281,7 +301,7 @@ struct Consumer {
   const Params& p;
   const CtaWork& w;
   SharedStorage<kHeadDim>& s;
-  int wg;          // consumer warpgroup 0 or 1
+  int wg;          // consumer warpgroup 0 .. kConsumers - 1
   int tid;         // thread in the warpgroup
   int row0;        // first of this thread's two rows, relative to the sequence's query start
   int wg_row_end;  // one past the last query row of this warpgroup that exists
@@ -493,12 +513,16 @@ struct Consumer {
     // output, and no cost for the vote it does not take.
     int skipped = 0;
     if (kSkip && w.voting) {
-      skipped = vote_loop();
+      if constexpr (Cfg::kConsumers == 2) {
+        skipped = vote_loop();
+      } else {
+        skipped = vote_loop_single();
+      }
     } else {
       mainloop();
-      // Warpgroup 1 handed warpgroup 0 one turn more than it took (the first): take it back, so
-      // that every arrival on a turn barrier meets its sync.
-      if (kPingPong && wg == 0) hopper::named_barrier_sync(kTurnBarrier, 256);
+      // The last warpgroup handed warpgroup 0 one turn more than it took (the first): take it
+      // back, so that every arrival on a turn barrier meets its sync.
+      if (kPingPong && wg == 0) hopper::named_barrier_sync(Cfg::turn_barrier(0), 256);
     }
 
     if constexpr (kSkip) {
@@ -567,7 +591,7 @@ struct Consumer {
     const int tile = w.tile_at(pos);
 
     mbar_wait(&s.full_k[k_stage], (pos / Cfg::kStagesK) & 1);
-    if (kPingPong) named_barrier_sync(kTurnBarrier + wg, 256);
+    if (kPingPong) named_barrier_sync(Cfg::turn_barrier(wg), 256);
     issue_qk(sc, k_stage);
     if constexpr (!kFirst) {
       wait_v(pos - 1);
@@ -575,7 +599,7 @@ struct Consumer {
       issue_pv(prev_stage);
       wgmma_commit();
     }
-    if (kPingPong) named_barrier_arrive(kTurnBarrier + (1 - wg), 256);
+    if (kPingPong) named_barrier_arrive(Cfg::turn_barrier(Cfg::next_turn(wg)), 256);
     wgmma_wait<kFirst ? 0 : 1>();
     fence_registers(sc);
     release(&s.empty_k[k_stage]);
@@ -723,6 +747,55 @@ struct Consumer {
     return skipped;
   }
 
+  // The voting loop of three-warpgroup CTAs (head dim 64), whose 160 registers hold O, P and one
+  // score tile: a tile's Q K^T is issued once the previous tile's scores are dead. On a skipped
+  // tile that is at once, and the step waits for it; on a kept tile it is after its P has been
+  // converted, before its P V, and the vote on it runs while that P V occupies the tensor cores.
+  // The other two warpgroups' products fill the tensor cores while one waits. Each vote is
+  // published for the V thread as in vote_loop. Returns the number of visible tiles skipped.
+  __device__ int vote_loop_single() {
+    float sc[kN / 2];
+    const int n = w.n_tiles;
+    if (n == 0) return 0;  // only for inputs outside the contract (kv_len < q_len causal)
+    float mx[2];
+    issue_qk_at(sc, 0);
+    land_qk<0>(sc, 0);
+    bool skip = vote(sc, 0, mx);
+    int skipped = 0;
+    // Whether a step has a next tile is a compile-time choice (see vote_loop).
+    for (int pos = 0; pos + 1 < n; ++pos) skipped += vote_step_single<true>(sc, pos, mx, skip);
+    return skipped + vote_step_single<false>(sc, n - 1, mx, skip);
+  }
+
+  // One tile of vote_loop_single: sc holds its raw scores, mx and skip the verdict on it; kNext:
+  // the step leaves the next tile's scores in sc and the verdict on them in mx and skip.
+  template <bool kNext>
+  __device__ __forceinline__ int vote_step_single(float (&sc)[kN / 2], int pos, float (&mx)[2],
+                                                  bool& skip) {
+    const int tile = w.tile_at(pos);
+    const int skipped = skip && tile_visible(tile) ? 1 : 0;
+    if (skip) {
+      if constexpr (kNext) {
+        issue_qk_at(sc, pos + 1);
+        land_qk<0>(sc, pos + 1);
+        skip = vote(sc, pos + 1, mx);
+      }
+    } else {
+      float corr[2];
+      softmax(sc, mx, corr);
+      rescale_o(corr);
+      convert_p(sc);
+      if constexpr (kNext) issue_qk_at(sc, pos + 1);
+      start_pv(pos, tile);
+      if constexpr (kNext) {
+        land_qk<1>(sc, pos + 1);
+        skip = vote(sc, pos + 1, mx);
+      }
+      end_pv(pos);
+    }
+    return skipped;
+  }
+
   __device__ void store_output() {
     const int lane = tid % 32;
 #pragma unroll
@@ -766,12 +839,12 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim>::kThreads, 1)
     mbar_init(&s.full_q, 1);
     for (int i = 0; i < Cfg::kStagesK; ++i) {
       mbar_init(&s.full_k[i], 1);
-      mbar_init(&s.empty_k[i], 8);  // one arrival per consumer warp
+      mbar_init(&s.empty_k[i], Cfg::kConsumerWarps);
     }
-    for (int i = 0; i < Cfg::kStagesV; ++i) mbar_init(&s.empty_v[i], 8);
+    for (int i = 0; i < Cfg::kStagesV; ++i) mbar_init(&s.empty_v[i], Cfg::kConsumerWarps);
     for (int i = 0; i < Cfg::kPositionRing; ++i) {
       mbar_init(&s.v_ready[i], 1);
-      mbar_init(&s.voted[i], 2);  // one per warpgroup
+      mbar_init(&s.voted[i], Cfg::kConsumers);  // one per warpgroup
       mbar_init(&s.slot_free[i], 1);
     }
     fence_barrier_init();
@@ -787,10 +860,10 @@ __global__ void __launch_bounds__(TileConfig<kHeadDim>::kThreads, 1)
     Consumer<kBf16, kHeadDim, kCausal, kSkip> c{p, w, s};
     c.wg = warpgroup - 1;
     c.tid = threadIdx.x % 128;
-    // Warpgroup 0 issues first: give it the turn the other would have handed over.
+    // Warpgroup 0 issues first: give it the turn the last one would have handed over.
     // Voting CTAs do not take turns (measured: 1.5-3% faster without).
-    if (kPingPong && c.wg == 1 && !(kSkip && w.voting)) {
-      named_barrier_arrive(kTurnBarrier + 0, 256);
+    if (kPingPong && c.wg == Cfg::kConsumers - 1 && !(kSkip && w.voting)) {
+      named_barrier_arrive(Cfg::turn_barrier(0), 256);
     }
     c.run();
   }
