@@ -112,89 +112,76 @@ def simulate(n_tiles, seed, mode, K_STAGES=3, SLOTS=8, READY=8, groups=2):
         else:
             yield from vote_loop_single(wg)
 
+    # The voting loops' steps.
+    def issue_qk(pos):  # wait for the tile's K; the product reads it until land_qk(pos)
+        stage = pos % K_STAGES
+        yield from wait(full_k[stage], (pos // K_STAGES) & 1)
+        assert k_holds[stage] == pos, f"K stage {stage} holds {k_holds[stage]}, not {pos}"
+
+    def land_qk(pos):
+        yield
+        empty_k[pos % K_STAGES].arrive(4)
+
+    def publish(wg, q):  # the verdict on position q (the K thread saw slot q - SLOTS read)
+        slot = q % SLOTS
+        yield
+        verdict[slot][wg] = skips[wg][q]
+        voted[slot].arrive()
+
+    def kept_pv(wg, pos, during):  # a kept tile's P V, `during` running while it is in flight
+        v_stage = pos % V_STAGES
+        yield from wait(v_ready[pos % READY], (pos // READY) & 1)
+        assert v_holds[v_stage] == pos, \
+            f"warpgroup {wg}: V stage {v_stage} holds {v_holds[v_stage]}, not {pos}"
+        yield from during
+        yield
+        assert v_holds[v_stage] == pos, "V stage overwritten during P V"
+        empty_v[v_stage].arrive(4)
+
+    def steps(*parts):
+        for part in parts:
+            yield from part
+
     def vote_loop(wg):
-        def issue_qk(pos):  # wait for the tile's K; the product reads it until land_qk(pos)
-            stage = pos % K_STAGES
-            yield from wait(full_k[stage], (pos // K_STAGES) & 1)
-            assert k_holds[stage] == pos, f"K stage {stage} holds {k_holds[stage]}, not {pos}"
-
-        def land_qk(pos):
-            yield
-            empty_k[pos % K_STAGES].arrive(4)
-
-        def publish(q):  # the verdict on position q (the K thread saw slot q - SLOTS read)
-            slot = q % SLOTS
-            yield
-            verdict[slot][wg] = skips[wg][q]
-            voted[slot].arrive()
-
         yield from issue_qk(0)
         if n_tiles > 1:
             yield from issue_qk(1)
         yield from land_qk(0)
-        yield from publish(0)
+        yield from publish(wg, 0)
         for pos in range(n_tiles):
-            v_stage, has_next, issue = pos % V_STAGES, pos + 1 < n_tiles, pos + 2 < n_tiles
+            has_next, issue = pos + 1 < n_tiles, pos + 2 < n_tiles
             yield
             if skips[wg][pos]:
                 if issue:
                     yield from issue_qk(pos + 2)
                 if has_next:
                     yield from land_qk(pos + 1)
-                    yield from publish(pos + 1)
+                    yield from publish(wg, pos + 1)
             else:
                 if has_next:
                     yield from land_qk(pos + 1)
-                yield from wait(v_ready[pos % READY], (pos // READY) & 1)
-                assert v_holds[v_stage] == pos, \
-                    f"warpgroup {wg}: V stage {v_stage} holds {v_holds[v_stage]}, not {pos}"
-                if has_next:  # the vote on the next tile while this P V runs
-                    yield from publish(pos + 1)
-                yield
-                assert v_holds[v_stage] == pos, "V stage overwritten during P V"
-                empty_v[v_stage].arrive(4)
+                # The vote on the next tile while this P V runs.
+                yield from kept_pv(wg, pos, publish(wg, pos + 1) if has_next else steps())
                 if issue:
                     yield from issue_qk(pos + 2)
 
     def vote_loop_single(wg):
-        def issue_qk(pos):
-            stage = pos % K_STAGES
-            yield from wait(full_k[stage], (pos // K_STAGES) & 1)
-            assert k_holds[stage] == pos, f"K stage {stage} holds {k_holds[stage]}, not {pos}"
-
-        def land_qk(pos):
-            yield
-            empty_k[pos % K_STAGES].arrive(4)
-
-        def publish(q):
-            slot = q % SLOTS
-            yield
-            verdict[slot][wg] = skips[wg][q]
-            voted[slot].arrive()
-
         yield from issue_qk(0)
         yield from land_qk(0)
-        yield from publish(0)
+        yield from publish(wg, 0)
         for pos in range(n_tiles):
-            v_stage, has_next = pos % V_STAGES, pos + 1 < n_tiles
+            has_next = pos + 1 < n_tiles
             yield
             if skips[wg][pos]:
                 if has_next:
                     yield from issue_qk(pos + 1)
                     yield from land_qk(pos + 1)
-                    yield from publish(pos + 1)
+                    yield from publish(wg, pos + 1)
             else:
                 if has_next:  # the scores are dead once P is converted
                     yield from issue_qk(pos + 1)
-                yield from wait(v_ready[pos % READY], (pos // READY) & 1)
-                assert v_holds[v_stage] == pos, \
-                    f"warpgroup {wg}: V stage {v_stage} holds {v_holds[v_stage]}, not {pos}"
-                if has_next:  # the vote on the next tile while this P V runs
-                    yield from land_qk(pos + 1)
-                    yield from publish(pos + 1)
-                yield
-                assert v_holds[v_stage] == pos, "V stage overwritten during P V"
-                empty_v[v_stage].arrive(4)
+                next_vote = steps(land_qk(pos + 1), publish(wg, pos + 1)) if has_next else steps()
+                yield from kept_pv(wg, pos, next_vote)
 
     def dense_loop(wg):
         pending, pending_stage = False, 0
