@@ -5,7 +5,8 @@ backends against our dense and skip-softmax prefill kernels (through the C API w
 Inputs are real-structure attention tensors (an attention sink, a rotary-like band around the
 diagonal, a Gaussian far field; the recipe of src/synthetic.cpp), or Q/K/V captured from a model
 (--inputs DIR with q.npy, k.npy, v.npy of shape [tokens, heads, head_dim]). Timing: CUDA events
-around each call, arms interleaved round by round, median per arm. Prints a table and writes JSON.
+around each call, arms interleaved round by round (odd rounds in reverse order), median per arm.
+Prints a table and writes JSON.
 
   python3 bench/compare_sdpa.py --lib build/libskipsoftmax_capi.so --json out.json
 """
@@ -73,14 +74,17 @@ def structured(positions, heads, dim, role, gen, sink=12.0, band=8.0, noise=0.75
 
 def interleaved_median_ms(fns, warmup, iters, rounds, flush=None):
     """Per function, the median of rounds x iters event-timed calls, the functions taking turns
-    round by round so that clock and thermal drift fall on all of them alike; with `flush` (a
-    large tensor), it is zeroed before every timed call so that no call finds its inputs in L2."""
+    round by round so that clock and thermal drift fall on all of them alike, odd rounds in
+    reverse order so that no function always follows the same one; with `flush` (a large tensor),
+    it is zeroed before every timed call so that no call finds its inputs in L2."""
     for fn in fns:
         for _ in range(warmup):
             fn()
     times = [[] for _ in fns]
-    for _ in range(rounds):
-        for k, fn in enumerate(fns):
+    for r in range(rounds):
+        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+        for k in order:
+            fn = fns[k]
             for _ in range(iters):
                 if flush is not None:
                     flush.zero_()
@@ -151,8 +155,8 @@ def main():
     p.add_argument("--lambdas", type=float, nargs="*", default=[1e-3, 1e-2])
     p.add_argument("--kv-order", choices=list(ORDERS), default="sink-reverse")
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--iters", type=int, default=5, help="timed calls per arm and round")
-    p.add_argument("--rounds", type=int, default=4, help="round-robin rounds over the arms")
+    p.add_argument("--iters", type=int, default=1, help="timed calls per arm and round")
+    p.add_argument("--rounds", type=int, default=20, help="round-robin rounds over the arms")
     p.add_argument("--git-revision", default="unknown")
     p.add_argument("--json")
     p.add_argument("--inputs", help="directory with q.npy, k.npy, v.npy [tokens, heads, head_dim] "
@@ -245,7 +249,8 @@ def main():
                "inputs": (f"captured from a model: {args.inputs}" if captured is not None else
                           "synthetic real-structure (sink 12, band 8, far field 0.75)"),
                "timing": f"median of {args.iters * args.rounds} event-timed calls per arm, arms "
-                         f"interleaved over {args.rounds} rounds, after {args.warmup} warm-up calls",
+                         f"interleaved over {args.rounds} rounds (odd rounds reversed), after "
+                         f"{args.warmup} warm-up calls",
                "results": rows}
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2)

@@ -13,7 +13,8 @@ kernel's order), so that it too reads each K/V byte once. With N > 1 the rows ne
 of their own: cuDNN gets them as an additive [N G, L] bias; FlashAttention takes no mask, so it
 gets [B, Hq, N, D] with GQA and torch.nn.attention.bias.causal_lower_right (FA2's own causal) and
 reads K/V per query head (its TB/s still counts the K/V bytes once). Every timed call follows an
-L2 flush; arms are interleaved round by round; median per arm. Prints a table and writes JSON.
+L2 flush; arms are interleaved round by round (odd rounds reversed); median per arm. Prints a
+table and writes JSON.
 
   python3 bench/decode_sdpa.py --lib build-gpu/libskipsoftmax_capi.so --json out.json
   python3 bench/decode_sdpa.py --lib build-gpu/libskipsoftmax_capi.so --q-len 4 --json out.json
@@ -124,8 +125,8 @@ def main():
     p.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
     p.add_argument("--lambdas", type=float, nargs="*", default=[1e-4, 1e-3, 3e-3, 1e-2, 3e-2])
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--iters", type=int, default=5)
-    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--iters", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--git-revision", default="unknown")
     p.add_argument("--splits", type=int, nargs="*", default=[],
                    help="also time dense and skip arms with these split counts (default: the "
@@ -303,8 +304,8 @@ def main():
                                "query head)"),
                "unavailable": unavailable,
                "timing": f"median of {args.iters * args.rounds} event-timed calls per arm after "
-                         f"an L2 flush each, arms interleaved over {args.rounds} rounds, after "
-                         f"{args.warmup} warm-up calls",
+                         f"an L2 flush each, arms interleaved over {args.rounds} rounds (odd rounds "
+                         f"reversed), after {args.warmup} warm-up calls",
                "results": rows}
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2)
