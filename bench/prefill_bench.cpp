@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "file_io.h"
+#include "skipsoftmax_git_revision.h"
 #include "skipsoftmax/prefill.h"
 #include "structured_inputs.cuh"
 

@@ -21,6 +21,10 @@
 #include "table_check.h"
 #include "table_json.h"
 
+#ifdef SKIPSOFTMAX_HAVE_CUDA
+#include "skipsoftmax_git_revision.h"
+#endif
+
 namespace skipsoftmax::cli {
 namespace {
 

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "skipsoftmax_git_revision.h"
+
 namespace skipsoftmax::cli {
 namespace {
 
