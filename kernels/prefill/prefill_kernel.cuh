@@ -100,15 +100,15 @@ static_assert(sizeof(SharedStorage<256>) <= 227 * 1024, "shared memory of an H10
 #ifndef SKIPSOFTMAX_PINGPONG
 #define SKIPSOFTMAX_PINGPONG 1
 #endif
-// The two consumer warpgroups take turns at issuing their matrix products, so that one's softmax
-// runs while the other's products occupy the tensor cores.
+// The consumer warpgroups take turns at issuing their matrix products, so that one's softmax runs
+// while the others' products occupy the tensor cores.
 inline constexpr bool kPingPong = SKIPSOFTMAX_PINGPONG;
 
 #ifndef SKIPSOFTMAX_PREFILL_DROP_V
 #define SKIPSOFTMAX_PREFILL_DROP_V 1
 #endif
-// Voting CTAs: the V thread waits for both verdicts on a tile and loads its V only if a warpgroup
-// keeps it (0: every V is loaded). Measured on the H200 (docs/PERFORMANCE.md): 4-8% faster at
+// Voting CTAs: the V thread waits for every warpgroup's verdict on a tile and loads its V only if
+// a warpgroup keeps it (0: every V is loaded). Measured on the H200 (docs/PERFORMANCE.md): 4-8% faster at
 // 92-99% of the tiles skipped, within 1% at 48-73%, 6% slower when nothing is skipped.
 inline constexpr bool kDropSkippedV = SKIPSOFTMAX_PREFILL_DROP_V;
 // The voting loop holds the next tile's K while it waits for the one after: with one K stage
@@ -240,8 +240,8 @@ __device__ __forceinline__ void produce_k(const Params& p, const CtaWork& w,
   }
 }
 
-// In a voting CTA a warpgroup that skips a tile never touches its V: this thread reads both
-// verdicts of every tile, loads its V only if a warpgroup keeps it (kDropSkippedV), releases its
+// In a voting CTA a warpgroup that skips a tile never touches its V: this thread reads every
+// warpgroup's verdict on every tile, loads its V only if a warpgroup keeps it (kDropSkippedV), releases its
 // stage on behalf of the warpgroups that skipped it, and waits for a copy to land before reusing
 // its stage (no consumer may have waited for it).
 template <int kHeadDim>
