@@ -53,7 +53,8 @@ struct TileConfig {
   // Whether a kept tile's softmax overlaps the next Q K^T in the voting loop (land_qk_behind).
   // Measured on the H200 (docs/PERFORMANCE.md, run 55): at head dim 256 it made ptxas spill in the
   // dense main loop of the same kernel (the guard 2.3% slower, the voting loop 1-2%), at head dim
-  // 64 it gained nothing at 54-75% and cost 2-4% below; those head dims wait before the softmax.
+  // 64 (then with two warpgroups) it gained nothing at 54-75% and cost 2-4% below; head dim 256
+  // waits before the softmax, and head dim 64's loop of three warpgroups holds one score tile.
   static constexpr bool kKeptSoftmaxOverlap = kHeadDim == 128;
   static constexpr int kBoxCols = 64;  // 16-bit elements per 128-byte swizzled row
   static constexpr int kDBoxes = kHeadDim / kBoxCols;
@@ -253,7 +254,7 @@ __device__ __forceinline__ void produce_v(const Params& p, const CtaWork& w,
   constexpr int kG = Cfg::kConsumers;
   unsigned kept_bits = 0;  // bit kG (read - t) + g: warpgroup g keeps position t
   int read = -1;           // verdicts read for the positions up to here
-  // Bit g set when warpgroup g keeps position t (t never lags read by more than 2).
+  // Bit g set when warpgroup g keeps position t (t never lags read by more than 1).
   const auto keepers = [&](int t) {
     while (read < t) {
       const int q = ++read, slot = q % kRing;
@@ -476,7 +477,8 @@ struct Consumer {
 
   // Rows of a partial last tile beyond the sequence may hold anything (the next sequence, or
   // NaN-poisoned memory); P is 0 there, but 0 * NaN is NaN, so zero those V rows before P V.
-  // Both consumer warpgroups may write the same zeros; each fences and syncs its own writes.
+  // Every consumer warpgroup that keeps the tile writes the same zeros, each fencing and syncing
+  // its own writes; another's P V may already read them, which sees the same bytes.
   __device__ void zero_v_tail(int stage, int tile) {
     const int valid = w.kv_len - tile * kN;
     if (valid >= kN) return;
@@ -551,7 +553,7 @@ struct Consumer {
   // P V to issue): a data-dependent P V made ptxas commit a dummy product and wait for both.
   __device__ void mainloop() {
     using namespace hopper;
-    if (w.n_tiles == 0) return;  // only for inputs outside the contract (kv_len < q_len causal)
+    if (w.n_tiles <= 0) return;  // only outside the contract (causal kv_len < q_len): no K comes
     float sc[kN / 2];
     dense_step<true>(sc, 0);
     for (int pos = 1; pos < w.n_tiles; ++pos) dense_step<false>(sc, pos);
@@ -635,7 +637,7 @@ struct Consumer {
     float sa[kN / 2], sb[kN / 2];
     int skipped = 0;
     const int n = w.n_tiles;
-    if (n == 0) return 0;  // only for inputs outside the contract (kv_len < q_len causal)
+    if (n <= 0) return 0;  // only outside the contract (causal kv_len < q_len): no K comes
     // The verdict on the tile a step begins with: its row maxima and whether it is skipped.
     float mx[2];
     bool skip;
@@ -756,7 +758,7 @@ struct Consumer {
   __device__ int vote_loop_single() {
     float sc[kN / 2];
     const int n = w.n_tiles;
-    if (n == 0) return 0;  // only for inputs outside the contract (kv_len < q_len causal)
+    if (n <= 0) return 0;  // only outside the contract (causal kv_len < q_len): no K comes
     float mx[2];
     issue_qk_at(sc, 0);
     land_qk<0>(sc, 0);

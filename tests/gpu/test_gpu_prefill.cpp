@@ -86,8 +86,7 @@ bool compiled(const Shape& s) {
   return can_implement(probe).find("this build has only") == std::string::npos;
 }
 
-// Query and KV head counts: GQA pairs of heads share K/V tiles through cluster multicast; MHA
-// and odd groups run the single-CTA pipeline.
+// Query and KV head counts: GQA groups of two, MHA, and groups of three.
 struct Heads {
   int q, kv;
 };
@@ -189,8 +188,8 @@ TEST(GpuPrefill, SkipKernelAtLambdaZeroIsBitIdenticalToDense) {
   for (const Shape& s : all_shapes()) {
     if (!compiled(s)) continue;
     const HostBatch b = make_host_batch(s.dtype, 4, 2, s.dim, {1000, 77}, {1000, 77}, 31);
-    // Every order: at head dim 64 the dense kernel's CTAs hold 192 rows and the skip kernel's
-    // 128, so a row meets tiles it cannot see at other positions of its visit (reverse: first).
+    // Every order: a row meets tiles it cannot see (its CTA's rows reach further) at other
+    // positions of its visit in each (reverse: first).
     for (KvOrder order : {KvOrder::kForward, KvOrder::kReverse, KvOrder::kSinkThenReverse}) {
       const Result dense = run_gpu(b, s.causal, Threshold::dense(), order);
       const Result skip = run_gpu(b, s.causal, Threshold::dense(), order, KernelChoice::kSkip);
@@ -198,6 +197,24 @@ TEST(GpuPrefill, SkipKernelAtLambdaZeroIsBitIdenticalToDense) {
       EXPECT_TRUE(dense.bits == skip.bits) << name(s) << " " << to_string(order);
       EXPECT_EQ(skip.stats[1] + skip.stats[3], 0u) << name(s);
     }
+  }
+}
+
+// Outside the contract (a causal chunk longer than its KV), whole CTAs see no key: the host cannot
+// tell (the lengths live on the device), and the kernels must still finish rather than wait for K
+// tiles that never come.
+TEST(GpuPrefill, CausalChunkLongerThanItsKvFinishes) {
+  REQUIRE_HOPPER();
+  for (const int dim : {64, 128}) {
+    const Shape s{DType::kBF16, dim, true};
+    if (!compiled(s)) continue;
+    const HostBatch b = make_host_batch(DType::kBF16, 2, 1, dim, {1000}, {100}, 5);
+    EXPECT_EQ(run_gpu(b, true, Threshold::dense(), KvOrder::kSinkThenReverse).kernel,
+              KernelChoice::kDense);
+    EXPECT_EQ(
+        run_gpu(b, true, Threshold::flat(1e-3), KvOrder::kSinkThenReverse, KernelChoice::kSkip)
+            .kernel,
+        KernelChoice::kSkip);
   }
 }
 

@@ -13,8 +13,8 @@ skipped tile the one after next issued before the next lands, on a kept tile aft
 voting loop of three warpgroups issues the next tile's Q K^T only once this tile's scores are dead
 (a kept tile: before its P V, and the vote on the next tile runs while the P V is in flight).
 
-In voting CTAs a consumer that skips a tile never touches V: the V thread reads both verdicts of
-a tile from a ring of verdict slots and arrives on the tile's empty V barrier for each warpgroup
+In voting CTAs a consumer that skips a tile never touches V: the V thread reads every
+warpgroup's verdict on a tile from a ring of verdict slots and arrives on the tile's empty V barrier for each warpgroup
 that skipped it, and it waits for a copy to land before reusing its stage. The V copies complete
 on barriers indexed by position (a ring deeper than the V stages), so that a consumer which
 skipped ahead never waits on a barrier two phases behind. The K thread loads K of position t only
