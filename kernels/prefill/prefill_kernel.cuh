@@ -554,7 +554,7 @@ struct Consumer {
   // P V to issue): a data-dependent P V made ptxas commit a dummy product and wait for both.
   __device__ void mainloop() {
     using namespace hopper;
-    if (w.n_tiles == 0) return;  // only for inputs outside the contract (kv_len < q_len causal)
+    if (w.n_tiles <= 0) return;  // only outside the contract (causal kv_len < q_len): no K comes
     float sc[kN / 2];
     dense_step<true>(sc, 0);
     for (int pos = 1; pos < w.n_tiles; ++pos) dense_step<false>(sc, pos);
@@ -638,7 +638,7 @@ struct Consumer {
     float sa[kN / 2], sb[kN / 2];
     int skipped = 0;
     const int n = w.n_tiles;
-    if (n == 0) return 0;  // only for inputs outside the contract (kv_len < q_len causal)
+    if (n <= 0) return 0;  // only outside the contract (causal kv_len < q_len): no K comes
     // The verdict on the tile a step begins with: its row maxima and whether it is skipped.
     float mx[2];
     bool skip;
@@ -759,7 +759,7 @@ struct Consumer {
   __device__ int vote_loop_single() {
     float sc[kN / 2];
     const int n = w.n_tiles;
-    if (n == 0) return 0;  // only for inputs outside the contract (kv_len < q_len causal)
+    if (n <= 0) return 0;  // only outside the contract (causal kv_len < q_len): no K comes
     float mx[2];
     issue_qk_at(sc, 0);
     land_qk<0>(sc, 0);

@@ -200,6 +200,24 @@ TEST(GpuPrefill, SkipKernelAtLambdaZeroIsBitIdenticalToDense) {
   }
 }
 
+// Outside the contract (a causal chunk longer than its KV), whole CTAs see no key: the host cannot
+// tell (the lengths live on the device), and the kernels must still finish rather than wait for K
+// tiles that never come.
+TEST(GpuPrefill, CausalChunkLongerThanItsKvFinishes) {
+  REQUIRE_HOPPER();
+  for (const int dim : {64, 128}) {
+    const Shape s{DType::kBF16, dim, true};
+    if (!compiled(s)) continue;
+    const HostBatch b = make_host_batch(DType::kBF16, 2, 1, dim, {1000}, {100}, 5);
+    EXPECT_EQ(run_gpu(b, true, Threshold::dense(), KvOrder::kSinkThenReverse).kernel,
+              KernelChoice::kDense);
+    EXPECT_EQ(
+        run_gpu(b, true, Threshold::flat(1e-3), KvOrder::kSinkThenReverse, KernelChoice::kSkip)
+            .kernel,
+        KernelChoice::kSkip);
+  }
+}
+
 TEST(GpuPrefill, DispatchPicksDenseBelowTheFirstSkippableLength) {
   REQUIRE_HOPPER();
   const HostBatch b = make_host_batch(DType::kBF16, 2, 1, 128, {500}, {500}, 3);
