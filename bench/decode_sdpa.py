@@ -13,8 +13,13 @@ kernel's order), so that it too reads each K/V byte once. With N > 1 the rows ne
 of their own: cuDNN gets them as an additive [N G, L] bias; FlashAttention takes no mask, so it
 gets [B, Hq, N, D] with GQA and torch.nn.attention.bias.causal_lower_right (FA2's own causal) and
 reads K/V per query head (its TB/s still counts the K/V bytes once). Every timed call follows an
-L2 flush; arms are interleaved round by round (odd rounds reversed); median per arm. Prints a
-table and writes JSON.
+L2 flush; arms are interleaved round by round (odd rounds reversed); median per arm. A
+device-to-device copy that moves as many bytes as the kernels read (half of them read, half
+written) is timed as an arm too: what a call of that size reaches, launch and ramp included.
+With --timeline N, N more calls of each of our dense arms and of that copy run under the PyTorch
+profiler, which reports per call the GPU time of each kernel, the gap between the flush's end and
+the call's first kernel, and the span to the call's last kernel's end. Prints a table and writes
+JSON.
 
   python3 bench/decode_sdpa.py --lib build-gpu/libskipsoftmax_capi.so --json out.json
   python3 bench/decode_sdpa.py --lib build-gpu/libskipsoftmax_capi.so --q-len 4 --json out.json
@@ -22,8 +27,10 @@ table and writes JSON.
 import argparse
 import ctypes
 import json
+import os
 import statistics
 import sys
+import tempfile
 
 import torch
 import torch.nn.functional as F
@@ -70,6 +77,53 @@ def copy_bandwidth(gb=2.0, iters=10):
     ms = statistics.median(ts)
     del src, dst
     return 2 * n * 2 / (ms * 1e-3)
+
+
+def timeline(fns, flush, calls):
+    """Per (name, fn): the medians over `calls` profiled calls, each after an L2 flush, of the GPU
+    time of each kernel or copy the call ran, of the gap from the flush's end to the call's first
+    one, and of the span from the flush's end to the call's last one's end (microseconds)."""
+    from torch.profiler import ProfilerActivity, profile
+    flush.zero_()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _, fn in fns:
+            for _ in range(calls):
+                flush.zero_()
+                fn()
+                torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            trace = json.load(f)["traceEvents"]
+    acts = sorted((e for e in trace if e.get("ph") == "X" and
+                   e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
+    # Each call is the flush (a fill kernel) and what follows it up to the next flush.
+    flush_name = acts[0]["name"]
+    groups = []
+    for e in acts:
+        if e["name"] == flush_name:
+            groups.append((e, []))
+        elif groups:
+            groups[-1][1].append(e)
+    if len(groups) != calls * len(fns):
+        raise RuntimeError(f"timeline: {len(groups)} profiled calls, expected {calls * len(fns)}")
+    out = []
+    for i, (name, _) in enumerate(fns):
+        calls_of = groups[i * calls:(i + 1) * calls]
+        kernels = {}
+        for _, body in calls_of:
+            for e in body:
+                kernels.setdefault(e["name"], []).append(float(e["dur"]))
+        gaps = [body[0]["ts"] - (fl["ts"] + fl["dur"]) for fl, body in calls_of if body]
+        spans = [max(e["ts"] + e["dur"] for e in body) - (fl["ts"] + fl["dur"])
+                 for fl, body in calls_of if body]
+        out.append({"arm": name, "calls": calls,
+                    "kernels_us": {k[:120]: statistics.median(v) for k, v in kernels.items()},
+                    "gap_after_flush_us": statistics.median(gaps),
+                    "span_after_flush_us": statistics.median(spans)})
+    return out
 
 
 class Ours:
@@ -137,9 +191,19 @@ def main():
     p.add_argument("--compare-lib",
                    help="a second build of libskipsoftmax_capi.so (say, the previous revision): "
                         "its dense and skip arms are timed in the same rounds, labelled 'base'")
+    p.add_argument("--page-order", choices=["shuffled", "contiguous"], default="shuffled",
+                   help="where a sequence's pages lie in the cache: at shuffled slots (as a "
+                        "serving engine's cache after a while) or one after another")
+    p.add_argument("--flush-mb", type=int, default=256,
+                   help="MiB zeroed before every timed call to empty the L2 (0: no flush)")
+    p.add_argument("--timeline", type=int, default=0, metavar="N",
+                   help="profile N calls of each of our dense arms and of the same-bytes copy "
+                        "(PyTorch profiler): kernel times, gap after the flush, span")
     p.add_argument("--json")
     args = p.parse_args()
 
+    if args.timeline and args.flush_mb <= 0:
+        p.error("--timeline marks each call by the flush before it: give --flush-mb > 0")
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     hq, hkv, d, ps, lq = args.heads_q, args.heads_kv, args.head_dim, args.page_size, args.q_len
     g = hq // hkv
@@ -153,7 +217,8 @@ def main():
     ours = Ours(args.lib)
     base = Ours(args.compare_lib) if args.compare_lib else None
     gen = torch.Generator(device="cuda").manual_seed(0)
-    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
+    flush = (torch.empty(args.flush_mb * 2**20, dtype=torch.uint8, device="cuda")
+             if args.flush_mb > 0 else None)
     copy_bps = copy_bandwidth()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
           f"{torch.backends.cudnn.version()}; device-to-device copy {copy_bps / 1e12:.2f} TB/s "
@@ -161,7 +226,7 @@ def main():
           + (f", q_len {lq}" if lq > 1 else ""))
     print(f"{'batch':>5} {'length':>7} {'arm':<36} {'us':>9} {'TB/s':>6} {'of copy':>8} "
           f"{'sparsity':>9} {'vs cuDNN':>9} {'vs dense':>9} {'err':>9}")
-    rows, unavailable = [], []
+    rows, unavailable, timelines = [], [], []
     for B, L in configs:
         pages_per_seq = (L + ps - 1) // ps
         n_pages = B * pages_per_seq
@@ -171,8 +236,10 @@ def main():
         # The new tokens are the cache's last q_len: token i of each sequence at L - q_len + i.
         q = structured(torch.arange(L - lq, L, device="cuda").repeat(B), hq, d, "q", gen)
         q = q.to(dtype).view(B, lq, hq, d)
-        # Pages: sequence b's page j holds tokens [j ps, (j + 1) ps), stored at a shuffled slot.
-        perm = torch.randperm(n_pages, device="cuda", generator=gen)
+        # Pages: sequence b's page j holds tokens [j ps, (j + 1) ps), stored at a shuffled slot
+        # (or at slot b * pages_per_seq + j).
+        perm = (torch.randperm(n_pages, device="cuda", generator=gen)
+                if args.page_order == "shuffled" else torch.arange(n_pages, device="cuda"))
         kp = torch.empty(n_pages, ps, hkv, d, dtype=dtype, device="cuda")
         vp = torch.empty_like(kp)
         kp[perm] = k.view(n_pages, ps, hkv, d)
@@ -255,6 +322,10 @@ def main():
                 err = rel_l2(out, ref) if ref is not None else None
                 arms.append((f"ours skip lambda={lam:g}{tag}", ours_arm(lam, 1, False, n_splits)[0],
                              sparsity, err))
+        # A copy moving the bytes our kernels read: half read, half written.
+        copy_src = torch.empty(kv_bytes // 4, dtype=torch.bfloat16, device="cuda").normal_()
+        copy_dst = torch.empty_like(copy_src)
+        arms.append(("copy of the same bytes", lambda: copy_dst.copy_(copy_src), 0.0, None))
         if base is not None:
             arms.append(("base dense", ours_arm(0.0, 0, lib=base)[0], 0.0, None))
             for lam in args.lambdas:
@@ -266,6 +337,16 @@ def main():
                              rel_l2(out, ref) if ref is not None else None))
         times = interleaved_median_ms([a[1] for a in arms], args.warmup, args.iters, args.rounds,
                                       flush)
+        if args.timeline:
+            named = [(a[0], a[1]) for a in arms
+                     if a[0].startswith(("ours dense", "base dense", "copy of"))]
+            for t in timeline(named, flush, args.timeline):
+                t.update({"batch": B, "length": L})
+                timelines.append(t)
+                ks = ", ".join(f"{k.split('<')[0].split('(')[0]} {v:.1f}"
+                               for k, v in t["kernels_us"].items())
+                print(f"{B:>5} {L:>7} timeline {t['arm']:<27} gap {t['gap_after_flush_us']:.1f} "
+                      f"us, span {t['span_after_flush_us']:.1f} us; {ks}")
         cudnn_ms = next((ms for a, ms in zip(arms, times) if a[0].startswith("cuDNN")), None)
         dense_ms = next(ms for a, ms in zip(arms, times) if a[0].startswith("ours dense"))
         base_ms = next((ms for a, ms in zip(arms, times) if a[0] == "base dense"), None)
@@ -282,7 +363,7 @@ def main():
                          "kv_bytes_per_s": bps, "fraction_of_copy": bps / copy_bps,
                          "tile_sparsity": sparsity, "speedup_vs_cudnn": ratio,
                          "speedup_vs_ours_dense": own_dense_ms / ms, "rel_l2_vs_cudnn": err})
-        del kp, vp, ks, vs, keep
+        del kp, vp, ks, vs, keep, copy_src, copy_dst
         torch.cuda.empty_cache()
     if args.json:
         doc = {"command": " ".join(sys.argv), "git_revision": args.git_revision,
@@ -303,8 +384,12 @@ def main():
                                "[B, Hq, q_len, D], enable_gqa, causal_lower_right (K/V read per "
                                "query head)"),
                "unavailable": unavailable,
-               "timing": f"median of {args.iters * args.rounds} event-timed calls per arm after "
-                         f"an L2 flush each, arms interleaved over {args.rounds} rounds (odd rounds "
+               "timelines": timelines,
+               "page_order": args.page_order, "flush_mib": args.flush_mb,
+               "timing": f"median of {args.iters * args.rounds} event-timed calls per arm " +
+                         (f"after an L2 flush ({args.flush_mb} MiB zeroed) each"
+                          if args.flush_mb > 0 else "without an L2 flush") +
+                         f", arms interleaved over {args.rounds} rounds (odd rounds "
                          f"reversed), after {args.warmup} warm-up calls",
                "results": rows}
         with open(args.json, "w") as f:
