@@ -13,7 +13,8 @@ kernel's order), so that it too reads each K/V byte once. With N > 1 the rows ne
 of their own: cuDNN gets them as an additive [N G, L] bias; FlashAttention takes no mask, so it
 gets [B, Hq, N, D] with GQA and torch.nn.attention.bias.causal_lower_right (FA2's own causal) and
 reads K/V per query head (its TB/s still counts the K/V bytes once). Every timed call follows an
-L2 flush; arms are interleaved round by round (odd rounds reversed); median per arm. A
+L2 flush (256 MiB zeroed; --flush-mb sets it, 0 drops it); a sequence's pages lie at shuffled
+slots (--page-order contiguous: one after another); arms are interleaved round by round (odd rounds reversed); median per arm. A
 device-to-device copy that moves as many bytes as the kernels read (half of them read, half
 written) is timed as an arm too: what a call of that size reaches, launch and ramp included.
 With --timeline N, N more calls of each of our dense arms and of that copy run under the PyTorch
