@@ -75,8 +75,8 @@ def structured(positions, heads, dim, role, gen, sink=12.0, band=8.0, noise=0.75
 def interleaved_median_ms(fns, warmup, iters, rounds, flush=None):
     """Per function, the median of rounds x iters event-timed calls, the functions taking turns
     round by round so that clock and thermal drift fall on all of them alike, odd rounds in
-    reverse order so that no function always follows the same one; with `flush` (a large tensor),
-    it is zeroed before every timed call so that no call finds its inputs in L2."""
+    reverse order so that no function always follows the same one; with `flush` (a function that
+    sweeps the L2), it runs before every timed call so that no call finds its inputs in L2."""
     for fn in fns:
         for _ in range(warmup):
             fn()
@@ -87,7 +87,7 @@ def interleaved_median_ms(fns, warmup, iters, rounds, flush=None):
             fn = fns[k]
             for _ in range(iters):
                 if flush is not None:
-                    flush.zero_()
+                    flush()
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 a.record()
                 fn()

@@ -13,10 +13,15 @@ kernel's order), so that it too reads each K/V byte once. With N > 1 the rows ne
 of their own: cuDNN gets them as an additive [N G, L] bias; FlashAttention takes no mask, so it
 gets [B, Hq, N, D] with GQA and torch.nn.attention.bias.causal_lower_right (FA2's own causal) and
 reads K/V per query head (its TB/s still counts the K/V bytes once). Every timed call follows an
-L2 flush (256 MiB zeroed; --flush-mb sets it, 0 drops it); a sequence's pages lie at shuffled
+L2 flush of 256 MiB (--flush-mb sets it, 0 drops it): --flush-mode zero writes it, which leaves the
+L2 full of dirty lines that the timed call writes back to DRAM as its reads evict them (about 60
+MB, 14 us of bandwidth); read (the default) reads it, which leaves clean lines, as the weight
+reads of a model's matrix products do before its attention. A sequence's pages lie at shuffled
 slots (--page-order contiguous: one after another); arms are interleaved round by round (odd rounds reversed); median per arm. A
 device-to-device copy that moves as many bytes as the kernels read (half of them read, half
-written) is timed as an arm too: what a call of that size reaches, launch and ramp included.
+written) is timed as an arm too, and so is a plain read of the cache's own K and V pages (a
+kernel that loads every 16 bytes once, many loads in flight; CuPy): what a read-only call of that
+size reaches, launch and ramp included, the floor for any decode kernel of that size.
 With --timeline N, N more calls of each of our dense arms and of that copy run under the PyTorch
 profiler, which reports per call the GPU time of each kernel, the gap between the flush's end and
 the call's first kernel, and the span to the call's last kernel's end. Prints a table and writes
@@ -80,17 +85,99 @@ def copy_bandwidth(gb=2.0, iters=10):
     return 2 * n * 2 / (ms * 1e-3)
 
 
+def read_bandwidth(reader, gb=2.0, iters=10):
+    """Bytes per second of the read kernel over a large buffer, median."""
+    buf = torch.empty(int(gb * 2**30), dtype=torch.uint8, device="cuda").random_(0, 256)
+    half = buf.numel() // 2
+    for _ in range(3):
+        reader(buf[:half], buf[half:])
+    ts = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        reader(buf[:half], buf[half:])
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    n = buf.numel()
+    del buf
+    return n / (statistics.median(ts) * 1e-3)
+
+
+# Reads n16 16-byte words of a, then of b, each once; four loads in flight a thread. The words'
+# XOR is stored only if it equals a constant, so that no load can be dropped.
+READ_KERNEL = r"""
+extern "C" __global__ void NAME(const uint4* __restrict__ a, long long na,
+                                     const uint4* __restrict__ b, long long nb,
+                                     unsigned int* sink) {
+  const long long n = na + nb, stride = (long long)gridDim.x * blockDim.x;
+  unsigned int acc = 0;
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  for (; i < n; i += 4 * stride) {
+    uint4 w[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const long long j = i + u * stride;
+      w[u] = j < na ? a[j] : (j < n ? b[j - na] : make_uint4(0, 0, 0, 0));
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc ^= w[u].x ^ w[u].y ^ w[u].z ^ w[u].w;
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+"""
+
+
+class Reader:
+    """A read-only kernel over CUDA tensors (CuPy's runtime compiler), on PyTorch's stream,
+    named `name` (the profiler tells the flush's kernel from the read arm's by it)."""
+
+    def __init__(self, name):
+        try:
+            import cupy
+        except ImportError as e:
+            raise SystemExit(f"decode_sdpa.py: the read arm and --flush-mode read need CuPy ({e})")
+        self.cp = cupy
+        self.kernel = cupy.RawKernel(READ_KERNEL.replace("NAME", name), name)
+        self.sink = cupy.zeros(1, dtype=cupy.uint32)
+        self.blocks = 4 * torch.cuda.get_device_properties(0).multi_processor_count
+
+    def words(self, t):
+        if t.numel() * t.element_size() % 16:
+            raise ValueError("Reader: a tensor of whole 16-byte words is needed")
+        return self.cp.from_dlpack(t.detach().view(torch.uint8).view(-1).view(torch.int32))
+
+    def __call__(self, a, b):
+        wa, wb = self.words(a), self.words(b)
+        with self.cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            self.kernel((self.blocks,), (512,),
+                        (wa, self.cp.int64(wa.size // 4), wb, self.cp.int64(wb.size // 4),
+                         self.sink))
+
+
+def make_flush(mode, mib):
+    """The L2 sweep run before every timed call (None for mib 0): zero writes `mib` MiB (dirty
+    lines left in the L2), read reads them (clean lines left)."""
+    if mib <= 0:
+        return None
+    buf = torch.zeros(mib * 2**20, dtype=torch.uint8, device="cuda")
+    if mode == "zero":
+        return buf.zero_
+    reader, half = Reader("sweep_l2"), buf.numel() // 2
+    return lambda: reader(buf[:half], buf[half:])
+
+
 def timeline(fns, flush, calls):
-    """Per (name, fn): the medians over `calls` profiled calls, each after an L2 flush, of the GPU
+    """Per (name, fn): the medians over `calls` profiled calls, each after `flush()`, of the GPU
     time of each kernel or copy the call ran, of the gap from the flush's end to the call's first
     one, and of the span from the flush's end to the call's last one's end (microseconds)."""
     from torch.profiler import ProfilerActivity, profile
-    flush.zero_()
+    flush()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _, fn in fns:
             for _ in range(calls):
-                flush.zero_()
+                flush()
                 fn()
                 torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,7 +187,7 @@ def timeline(fns, flush, calls):
             trace = json.load(f)["traceEvents"]
     acts = sorted((e for e in trace if e.get("ph") == "X" and
                    e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
-    # Each call is the flush (a fill kernel) and what follows it up to the next flush.
+    # Each call is the flush (one fill or read kernel) and what follows it up to the next flush.
     flush_name = acts[0]["name"]
     groups = []
     for e in acts:
@@ -196,7 +283,10 @@ def main():
                    help="where a sequence's pages lie in the cache: at shuffled slots (as a "
                         "serving engine's cache after a while) or one after another")
     p.add_argument("--flush-mb", type=int, default=256,
-                   help="MiB zeroed before every timed call to empty the L2 (0: no flush)")
+                   help="MiB swept before every timed call to empty the L2 (0: no flush)")
+    p.add_argument("--flush-mode", choices=["read", "zero"], default="read",
+                   help="read the sweep's buffer (clean L2 lines left, as a model's weight reads "
+                        "leave them) or zero it (dirty lines, written back during the timed call)")
     p.add_argument("--timeline", type=int, default=0, metavar="N",
                    help="profile N calls of each of our dense arms and of the same-bytes copy "
                         "(PyTorch profiler): kernel times, gap after the flush, span")
@@ -218,12 +308,15 @@ def main():
     ours = Ours(args.lib)
     base = Ours(args.compare_lib) if args.compare_lib else None
     gen = torch.Generator(device="cuda").manual_seed(0)
-    flush = (torch.empty(args.flush_mb * 2**20, dtype=torch.uint8, device="cuda")
-             if args.flush_mb > 0 else None)
+    reader = Reader("read_once")
+    flush = make_flush(args.flush_mode, args.flush_mb)
     copy_bps = copy_bandwidth()
+    read_bps = read_bandwidth(reader)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
           f"{torch.backends.cudnn.version()}; device-to-device copy {copy_bps / 1e12:.2f} TB/s "
-          f"(read + write); {args.dtype}, Hq={hq} Hkv={hkv} D={d}, pages of {ps}"
+          f"(read + write), read of 2 GiB {read_bps / 1e12:.2f} TB/s; L2 flush "
+          f"{args.flush_mb} MiB {args.flush_mode}; {args.dtype}, Hq={hq} Hkv={hkv} D={d}, "
+          f"pages of {ps}"
           + (f", q_len {lq}" if lq > 1 else ""))
     print(f"{'batch':>5} {'length':>7} {'arm':<36} {'us':>9} {'TB/s':>6} {'of copy':>8} "
           f"{'sparsity':>9} {'vs cuDNN':>9} {'vs dense':>9} {'err':>9}")
@@ -327,6 +420,7 @@ def main():
         copy_src = torch.empty(kv_bytes // 4, dtype=torch.bfloat16, device="cuda").normal_()
         copy_dst = torch.empty_like(copy_src)
         arms.append(("copy of the same bytes", lambda: copy_dst.copy_(copy_src), 0.0, None))
+        arms.append(("read of the same bytes", lambda: reader(kp, vp), 0.0, None))
         if base is not None:
             arms.append(("base dense", ours_arm(0.0, 0, lib=base)[0], 0.0, None))
             for lam in args.lambdas:
@@ -340,7 +434,7 @@ def main():
                                       flush)
         if args.timeline:
             named = [(a[0], a[1]) for a in arms
-                     if a[0].startswith(("ours dense", "base dense", "copy of"))]
+                     if a[0].startswith(("ours dense", "base dense", "copy of", "read of"))]
             for t in timeline(named, flush, args.timeline):
                 t.update({"batch": B, "length": L})
                 timelines.append(t)
@@ -372,7 +466,7 @@ def main():
                "cudnn": torch.backends.cudnn.version(), "dtype": args.dtype,
                "compare_lib": args.compare_lib,
                "heads_q": hq, "heads_kv": hkv, "head_dim": d, "page_size": ps, "q_len": lq,
-               "copy_bytes_per_s": copy_bps,
+               "copy_bytes_per_s": copy_bps, "read_bytes_per_s": read_bps,
                "inputs": "synthetic real-structure (sink 12, band 8, far field 0.75), " +
                          ("query at the last position" if lq == 1 else
                           f"queries at the last {lq} positions, causal among them"),
@@ -387,8 +481,10 @@ def main():
                "unavailable": unavailable,
                "timelines": timelines,
                "page_order": args.page_order, "flush_mib": args.flush_mb,
+               "flush_mode": args.flush_mode,
                "timing": f"median of {args.iters * args.rounds} event-timed calls per arm " +
-                         (f"after an L2 flush ({args.flush_mb} MiB zeroed) each"
+                         (f"after an L2 flush ({args.flush_mb} MiB "
+                          f"{'read' if args.flush_mode == 'read' else 'zeroed'}) each"
                           if args.flush_mb > 0 else "without an L2 flush") +
                          f", arms interleaved over {args.rounds} rounds (odd rounds "
                          f"reversed), after {args.warmup} warm-up calls",
