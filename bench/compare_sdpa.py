@@ -72,11 +72,17 @@ def structured(positions, heads, dim, role, gen, sink=12.0, band=8.0, noise=0.75
     return x
 
 
+SPIN_CYCLES = 200_000  # about 100 us at the H200's 1.98 GHz
+
+
 def interleaved_median_ms(fns, warmup, iters, rounds, flush=None):
     """Per function, the median of rounds x iters event-timed calls, the functions taking turns
     round by round so that clock and thermal drift fall on all of them alike, odd rounds in
     reverse order so that no function always follows the same one; with `flush` (a function that
-    sweeps the L2), it runs before every timed call so that no call finds its inputs in L2."""
+    sweeps the L2), it runs before every timed call so that no call finds its inputs in L2, and a
+    spin of about 100 us follows it on the GPU, so that the host has queued the timed call before
+    the GPU reaches it (without it, an arm whose launch takes the host longer than the sweep takes
+    the GPU is timed with that launch)."""
     for fn in fns:
         for _ in range(warmup):
             fn()
@@ -88,6 +94,7 @@ def interleaved_median_ms(fns, warmup, iters, rounds, flush=None):
             for _ in range(iters):
                 if flush is not None:
                     flush()
+                    torch.cuda._sleep(SPIN_CYCLES)
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 a.record()
                 fn()
