@@ -12,17 +12,21 @@ rows of each GQA group packed token-major ([B, Hkv, N G, D], row r: token r / G,
 kernel's order), so that it too reads each K/V byte once. With N > 1 the rows need causal limits
 of their own: cuDNN gets them as an additive [N G, L] bias; FlashAttention takes no mask, so it
 gets [B, Hq, N, D] with GQA and torch.nn.attention.bias.causal_lower_right (FA2's own causal) and
-reads K/V per query head (its TB/s still counts the K/V bytes once). Every timed call follows an
-L2 flush of 256 MiB (--flush-mb sets it, 0 drops it): --flush-mode zero writes it, which leaves the
-L2 full of dirty lines that the timed call writes back to DRAM as its reads evict them (about 60
-MB, 14 us of bandwidth); read (the default) reads it, which leaves clean lines, as the weight
-reads of a model's matrix products do before its attention. A sequence's pages lie at shuffled
-slots (--page-order contiguous: one after another); arms are interleaved round by round (odd rounds reversed); median per arm. A
-device-to-device copy that moves as many bytes as the kernels read (half of them read, half
-written) is timed as an arm too, and so is a plain read of the cache's own K and V pages (a
-kernel that loads every 16 bytes once, many loads in flight; CuPy): what a read-only call of that
-size reaches, launch and ramp included, the floor for any decode kernel of that size.
-With --timeline N, N more calls of each of our dense arms and of that copy run under the PyTorch
+reads K/V per query head (its TB/s still counts the K/V bytes once).
+
+Every timed call follows a sweep of the L2 (--flush-mb MiB, 256; 0: none) and a spin of ~100 us
+(so that no arm's host launch is timed). --flush-mode read (the default) reads the sweep's buffer,
+which leaves clean lines, as the weight reads of a model's matrix products leave the L2 before
+its attention; zero writes it, which leaves dirty lines that the timed call writes back to DRAM as
+its reads evict them (7 us more for our batch-1 call at 32k). --warm-metadata then reads q, the
+page table and the lengths back into the L2, as the kernels that write them in serving leave
+them; the K/V pages stay cold. A sequence's pages lie at shuffled slots (--page-order contiguous:
+one after another); arms are interleaved round by round (odd rounds reversed); median per arm.
+Two more arms give the floor for a call of that size: a device-to-device copy moving as many bytes
+as the kernels read (half read, half written; the written half may stay in the L2 within the
+call), and a plain read of the cache's own K and V pages (a kernel loading every 16 bytes once,
+many loads in flight; CuPy), launch and ramp included.
+With --timeline N, N more calls of each of our dense arms and of the copy and read arms run under the PyTorch
 profiler, which reports per call the GPU time of each kernel, the gap between the flush's end and
 the call's first kernel, and the span to the call's last kernel's end. Prints a table and writes
 JSON.
@@ -296,6 +300,9 @@ def main():
     p.add_argument("--flush-mode", choices=["read", "zero"], default="read",
                    help="read the sweep's buffer (clean L2 lines left, as a model's weight reads "
                         "leave them) or zero it (dirty lines, written back during the timed call)")
+    p.add_argument("--warm-metadata", action="store_true",
+                   help="after each sweep, read q, the page table and the lengths back into the "
+                        "L2, as the kernels that write them in serving leave them (K/V stay cold)")
     p.add_argument("--timeline", type=int, default=0, metavar="N",
                    help="profile N calls of each of our dense arms and of the same-bytes copy "
                         "(PyTorch profiler): kernel times, gap after the flush, span")
@@ -304,6 +311,11 @@ def main():
 
     if args.timeline and args.flush_mb <= 0:
         p.error("--timeline marks each call by the flush before it: give --flush-mb > 0")
+    if args.timeline and args.warm_metadata:
+        p.error("--timeline takes the flush as a call's one preceding kernel: drop "
+                "--warm-metadata")
+    if args.warm_metadata and args.flush_mb <= 0:
+        p.error("--warm-metadata reads the metadata back after the flush: give --flush-mb > 0")
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     hq, hkv, d, ps, lq = args.heads_q, args.heads_kv, args.head_dim, args.page_size, args.q_len
     g = hq // hkv
@@ -439,12 +451,21 @@ def main():
                 arms.append((f"base skip lambda={lam:g}", ours_arm(lam, 1, lib=base)[0],
                              s[1] / s[0] if s[0] else 0.0,
                              rel_l2(out, ref) if ref is not None else None))
+        sweep = flush
+        if flush is not None and args.warm_metadata:
+            # After the sweep, q, the page table and the lengths are read back into the L2 (and
+            # their translations into the TLBs), as the kernels that wrote them leave them in
+            # serving; the K/V pages stay cold.
+            def sweep():
+                flush()
+                for t in (q, table, lens):
+                    t.max()
         times = interleaved_median_ms([a[1] for a in arms], args.warmup, args.iters, args.rounds,
-                                      flush)
+                                      sweep)
         if args.timeline:
             named = [(a[0], a[1]) for a in arms
                      if a[0].startswith(("ours dense", "base dense", "copy of", "read of"))]
-            for t in timeline(named, flush, args.timeline):
+            for t in timeline(named, sweep, args.timeline):
                 t.update({"batch": B, "length": L})
                 timelines.append(t)
                 ks = ", ".join(f"{k.split('<')[0].split('(')[0]} {v:.1f}"
@@ -490,7 +511,7 @@ def main():
                "unavailable": unavailable,
                "timelines": timelines,
                "page_order": args.page_order, "flush_mib": args.flush_mb,
-               "flush_mode": args.flush_mode,
+               "flush_mode": args.flush_mode, "warm_metadata": args.warm_metadata,
                "timing": f"median of {args.iters * args.rounds} event-timed calls per arm " +
                          (f"after an L2 flush ({args.flush_mb} MiB "
                           f"{'read' if args.flush_mode == 'read' else 'zeroed'}) each"
