@@ -93,6 +93,12 @@ void launch(const decode::Params& params, const DecodeArguments& a, cudaStream_t
 // Measured at 75% of the tiles skipped (H200, run 27): 64 x 32k went from 1.45x (1 split) to
 // 1.52x (2 splits), 8 x 32k from 1.39x (4) to 1.43x (8); at head dim 64, 8 x 32k, 8 splits (512
 // CTAs on 396 slots) took 122.7 us, 6 splits 94.1 (run 74).
+// - A skip launch of one wave at one CTA per multiprocessor (few, short sequences) takes one
+//   wave of two instead, down to 8 tiles a split: a split that skips most of its V reads K
+//   alone, and one CTA a multiprocessor keeps too few bytes in flight for that (H200, run 92,
+//   76-86% skipped: 1 x 16k 23.6 against 25.0 us, 1 x 32k 33.9 against 37.2, 1 x 64k 43.9
+//   against 49.5, 2 x 8k 24.0 against 26.2, 2 x 32k 53.4 against 62.9; with 4 tiles a split,
+//   1 x 8k, it was slower: 19.0 against 18.1).
 int decode_num_splits(const DecodeArguments& a) {
   if (a.num_splits > 0) return a.num_splits;
   const int per_sm = ctas_per_sm(a);
@@ -129,6 +135,13 @@ int decode_num_splits(const DecodeArguments& a) {
       if (filled(s) >= 0.9) {
         splits = s;
         break;
+      }
+    }
+    if (ctas * splits <= multiprocessors()) {
+      const int two = std::min(multiprocessors() * std::min(per_sm, 2) / ctas, n_tiles / 8);
+      if (two > splits) {
+        const int per = (n_tiles + two - 1) / two;  // tiles a split
+        splits = (n_tiles + per - 1) / per;          // none left empty
       }
     }
   }
