@@ -71,34 +71,37 @@ void launch(const decode::Params& params, const DecodeArguments& a, cudaStream_t
 
 // Dense launches: as many splits as fit one wave of two CTAs per multiprocessor (one for head
 // dim 256, whose tiles fill shared memory), rounded down so that no second, almost empty wave
-// follows; at least 4 tiles (256 keys) per split, so that the copy pipeline runs full. Head dim
-// 64 holds three CTAs per multiprocessor (ctas_per_sm), but a one-wave launch of two a
-// multiprocessor ran faster (8 x 32k: 4 splits 141.5 us, 6 splits 145.0-145.9, run 74).
-// - Where that leaves splits of under 64 tiles (few, short sequences), one CTA per
-//   multiprocessor instead: measured at batch 1, 8k-64k keys, 2.5-5% faster (1 x 32k: 16 splits
-//   50.8 us, 33 splits 53.1), 2 x 32k 1.7%; a count between the two (20 or 24 at batch 1) loads
-//   some multiprocessors twice and was 8-15% slower (H200, run 70).
+// follows, and then to the fewest splits of the same tiles each, so that none is left empty; at
+// least 4 tiles (256 keys) per split, so that the copy pipeline runs full. Head dim 64 holds
+// three CTAs per multiprocessor (ctas_per_sm), but a one-wave launch of two a multiprocessor ran
+// faster (8 x 32k: 4 splits 141.5 us, 6 splits 145.0-145.9, run 74).
+// - Where that leaves splits of under 8 tiles (few, short sequences), one CTA per multiprocessor
+//   instead (1 x 8k: 16 splits 20.0 us, 32 splits 20.4). Down to 8 tiles a split, two CTAs a
+//   multiprocessor keep more bytes in flight than one (H200, clean L2, runs 91-93: head dim 128
+//   1 x 32k 42.9-43.3 us against 43.7-44.2, 1 x 64k 74.0 against 75.5, 2 x 32k 73.3 against
+//   75.3; head dim 64 1 x 32k 25.8 against 34.6, 2 x 32k 40.3 against 60.0). With the L2 left
+//   full of dirty lines by a zeroing sweep, one CTA a multiprocessor measured faster at head dim
+//   128 (1 x 32k: 16 splits 50.8 us, 33 splits 53.1, run 70); the clean L2 is what a model's
+//   weight reads leave before its attention.
 // - Where one split already needs more than a wave of the CTAs a multiprocessor holds, the
 //   fewest splits (up to 4) whose CTAs fill 90% of their waves' slots (else the best filled):
 //   the multiprocessors of a thin last wave hold one CTA each, too few bytes in flight (run 74:
 //   head dim 64, 64 x 32k, 512 CTAs on 396 slots: 1 split 1,211 us, 3 splits 1,011; head dim
 //   128, 48 x 32k: 1 split 1,642 us, 2 splits 1,478-1,488).
-// Examples, 132 SMs, 8 KV heads, head dim 128: 32k keys, batch 1: 16 splits of 32 tiles; batch 4:
-// 8 splits of 64 tiles (two CTAs per SM); batch 8: 264 / 64 = 4 splits (256 CTAs, not 5 splits in
-// 1.2 waves); batch 48: 2 splits; batch 64: 1 split (512 CTAs, 97% of two waves).
+// Examples, 132 SMs, 8 KV heads, head dim 128: batch 1: 32 splits of 16 tiles at 32k, 33 of 63
+// at 128k, 16 of 4 at 4k (one CTA per SM); batch 4 at 32k: 8 splits of 64 tiles; batch 8: 264 /
+// 64 = 4 splits (256 CTAs, not 5 splits in 1.2 waves); batch 48: 2 splits; batch 64: 1 split
+// (512 CTAs, 97% of two waves).
 // Skip launches: a CTA's time follows its sparsity, which differs between sequences and heads,
 // so the block scheduler needs more, shorter CTAs to even out the multiprocessors' loads: the
 // most splits, up to 4 waves where each split keeps 64 tiles (its own sink seed and pipeline
 // fill stay small), whose CTAs fill 90% of their waves, and never fewer than the dense count.
 // Measured at 75% of the tiles skipped (H200, run 27): 64 x 32k went from 1.45x (1 split) to
 // 1.52x (2 splits), 8 x 32k from 1.39x (4) to 1.43x (8); at head dim 64, 8 x 32k, 8 splits (512
-// CTAs on 396 slots) took 122.7 us, 6 splits 94.1 (run 74).
-// - A skip launch of one wave at one CTA per multiprocessor (few, short sequences) takes one
-//   wave of two instead, down to 8 tiles a split: a split that skips most of its V reads K
-//   alone, and one CTA a multiprocessor keeps too few bytes in flight for that (H200, run 92,
-//   76-86% skipped: 1 x 16k 23.6 against 25.0 us, 1 x 32k 33.9 against 37.2, 1 x 64k 43.9
-//   against 49.5, 2 x 8k 24.0 against 26.2, 2 x 32k 53.4 against 62.9; with 4 tiles a split,
-//   1 x 8k, it was slower: 19.0 against 18.1).
+// CTAs on 396 slots) took 122.7 us, 6 splits 94.1 (run 74). A split that skips most of its V
+// reads K alone: at one CTA a multiprocessor it kept too few bytes in flight (run 92, 76-86%
+// skipped, 16 splits against two CTAs per SM: 1 x 32k 37.2 against 33.9 us, 1 x 64k 49.5
+// against 43.9, 2 x 32k 62.9 against 53.4).
 int decode_num_splits(const DecodeArguments& a) {
   if (a.num_splits > 0) return a.num_splits;
   const int per_sm = ctas_per_sm(a);
@@ -109,8 +112,11 @@ int decode_num_splits(const DecodeArguments& a) {
                                 : a.max_seq_len;
   const int n_tiles = (keys + decode::kTileK - 1) / decode::kTileK;
   const int most = std::max(1, n_tiles / 4);
+  // One wave of ctas_per_sm CTAs a multiprocessor, as the fewest splits of the same tiles each.
   const auto one_wave = [&](int ctas_per_sm) {
-    return std::clamp(multiprocessors() * ctas_per_sm / ctas, 1, most);
+    const int s = std::clamp(multiprocessors() * ctas_per_sm / ctas, 1, most);
+    const int per = (n_tiles + s - 1) / s;
+    return (n_tiles + per - 1) / per;
   };
   // The share of its waves' slots that a launch of s splits fills.
   const auto filled = [&](int s) {
@@ -118,7 +124,7 @@ int decode_num_splits(const DecodeArguments& a) {
     return static_cast<double>(ctas * s) / (static_cast<double>(waves) * slots);
   };
   int splits = one_wave(std::min(per_sm, 2));
-  if (per_sm > 1 && splits > 1 && n_tiles / splits < 64) splits = one_wave(1);
+  if (per_sm > 1 && splits > 1 && n_tiles / splits < 8) splits = one_wave(1);
   if (ctas > slots) {
     double best = 0.0;
     for (int s = 1; s <= std::min(4, most); ++s) {
@@ -135,13 +141,6 @@ int decode_num_splits(const DecodeArguments& a) {
       if (filled(s) >= 0.9) {
         splits = s;
         break;
-      }
-    }
-    if (ctas * splits <= multiprocessors()) {
-      const int two = std::min(multiprocessors() * std::min(per_sm, 2) / ctas, n_tiles / 8);
-      if (two > splits) {
-        const int per = (n_tiles + two - 1) / two;  // tiles a split
-        splits = (n_tiles + per - 1) / per;          // none left empty
       }
     }
   }

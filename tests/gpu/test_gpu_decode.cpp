@@ -274,9 +274,9 @@ TEST(GpuDecode, AutomaticSplitsOnALongContext) {
 }
 
 // Pure host logic: runs without a GPU too, where decode_num_splits assumes an H100/H200's 132
-// multiprocessors. A skip launch splits finer than a dense one, so that CTAs of different
-// sparsity even out across the multiprocessors, but keeps 64 tiles a split; one that would run
-// one CTA a multiprocessor runs two, down to 8 tiles a split.
+// multiprocessors. One wave of two CTAs a multiprocessor, down to 8 tiles a split; a skip launch
+// splits finer than a dense one, so that CTAs of different sparsity even out across the
+// multiprocessors, but keeps 64 tiles a split.
 TEST(GpuDecode, SkipLaunchesSplitFinerThanDenseOnes) {
   int device = 0, sms = 132;
   if (cudaGetDevice(&device) == cudaSuccess) {
@@ -300,17 +300,19 @@ TEST(GpuDecode, SkipLaunchesSplitFinerThanDenseOnes) {
   EXPECT_EQ(splits(8, 32768, dense), 4);
   EXPECT_EQ(splits(8, 32768, skip), 8);  // 64 tiles a split
   EXPECT_EQ(splits(4, 32768, dense), 8);   // two CTAs per SM: 64 tiles a split
-  EXPECT_EQ(splits(2, 32768, dense), 8);   // one CTA per SM: splits of 32 tiles are too short
-  EXPECT_EQ(splits(1, 32768, dense), 16);
-  EXPECT_EQ(splits(1, 32768, skip), 32);  // two CTAs per SM: 33 would leave the last split empty
-  EXPECT_EQ(splits(1, 131072, dense), 16);  // 33 would leave 62 tiles a split
-  EXPECT_EQ(splits(1, 131072, skip), 32);   // 64 tiles a split
-  EXPECT_EQ(splits(1, 65536, skip), 32);    // two CTAs per SM, 32 tiles a split
-  EXPECT_EQ(splits(1, 16384, skip), 32);    // 8 tiles a split
-  EXPECT_EQ(splits(1, 8192, skip), 16);     // no shorter than 8 tiles: the dense count
-  EXPECT_EQ(splits(2, 32768, skip), 16);    // dense: 8 (one CTA per SM)
+  EXPECT_EQ(splits(2, 32768, dense), 16);  // 32 tiles a split
+  EXPECT_EQ(splits(2, 32768, skip), 16);
+  EXPECT_EQ(splits(1, 32768, dense), 32);  // 33 would leave the last split empty
+  EXPECT_EQ(splits(1, 32768, skip), 32);
+  EXPECT_EQ(splits(1, 131072, dense), 33);  // 63 tiles a split (the last 32)
+  EXPECT_EQ(splits(1, 131072, skip), 33);
+  EXPECT_EQ(splits(1, 65536, skip), 32);
+  EXPECT_EQ(splits(1, 16384, dense), 32);  // 8 tiles a split
+  EXPECT_EQ(splits(1, 8192, dense), 16);   // 4 tiles at two a SM: one CTA per SM
+  EXPECT_EQ(splits(1, 8192, skip), 16);
   EXPECT_EQ(splits(1, 4096, dense), 16);  // 4 tiles a split
   EXPECT_EQ(splits(1, 4096, skip), 16);
+  EXPECT_EQ(splits(1, 32768, dense, 256), 16);  // one CTA per SM holds a head dim 256 tile
   EXPECT_EQ(splits(48, 32768, dense), 2);  // 384 CTAs: 1.45 waves; 2 splits fill 97% of 3
   // Head dim 64: three CTAs per SM. 512 CTAs on 396 slots fill 65% of 2 waves, 1,536 97% of 4.
   EXPECT_EQ(splits(64, 32768, dense, 64), 3);
