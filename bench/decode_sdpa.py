@@ -26,10 +26,10 @@ Two more arms give the floor for a call of that size: a device-to-device copy mo
 as the kernels read (half read, half written; the written half may stay in the L2 within the
 call), and a plain read of the cache's own K and V pages (a kernel loading every 16 bytes once,
 many loads in flight; CuPy), launch and ramp included.
-With --timeline N, N more calls of each of our dense arms and of the copy and read arms run under the PyTorch
-profiler, which reports per call the GPU time of each kernel, the gap between the flush's end and
-the call's first kernel, and the span to the call's last kernel's end. Prints a table and writes
-JSON.
+With --timeline N, N more calls of each of our dense arms and of the copy and read arms run under
+the PyTorch profiler, which reports per call the GPU time of each kernel, the gap between the
+flush's end and the call's first kernel, and the span to the call's last kernel's end. Prints a
+table and writes JSON.
 
   python3 bench/decode_sdpa.py --lib build-gpu/libskipsoftmax_capi.so --json out.json
   python3 bench/decode_sdpa.py --lib build-gpu/libskipsoftmax_capi.so --q-len 4 --json out.json
@@ -70,44 +70,39 @@ class DecodeArgs(ctypes.Structure):
     ]
 
 
-def copy_bandwidth(gb=2.0, iters=10):
+def median_ms(fn, iters=10):
+    """The median of `iters` event-timed calls of fn, after 3 untimed ones."""
+    for _ in range(3):
+        fn()
+    ts = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    return statistics.median(ts)
+
+
+def copy_bandwidth(gb=2.0):
     """Bytes read plus written per second of a device-to-device copy (PyTorch), median."""
     n = int(gb * 2**30) // 2
     src = torch.empty(n, dtype=torch.bfloat16, device="cuda").normal_()
     dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    ts = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        dst.copy_(src)
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ms = statistics.median(ts)
+    ms = median_ms(lambda: dst.copy_(src))
     del src, dst
     return 2 * n * 2 / (ms * 1e-3)
 
 
-def read_bandwidth(reader, gb=2.0, iters=10):
+def read_bandwidth(reader, gb=2.0):
     """Bytes per second of the read kernel over a large buffer, median."""
     buf = torch.empty(int(gb * 2**30), dtype=torch.uint8, device="cuda").random_(0, 256)
     half = buf.numel() // 2
-    read = reader.bind(buf[:half], buf[half:])
-    for _ in range(3):
-        read()
-    ts = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        read()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
+    ms = median_ms(reader.bind(buf[:half], buf[half:]))
     n = buf.numel()
     del buf
-    return n / (statistics.median(ts) * 1e-3)
+    return n / (ms * 1e-3)
 
 
 # Reads n16 16-byte words of a, then of b, each once; four loads in flight a thread. The words'
@@ -305,7 +300,7 @@ def main():
                         "L2, as the kernels that write them in serving leave them (K/V stay cold)")
     p.add_argument("--timeline", type=int, default=0, metavar="N",
                    help="profile N calls of each of our dense arms and of the same-bytes copy "
-                        "(PyTorch profiler): kernel times, gap after the flush, span")
+                        "and read (PyTorch profiler): kernel times, gap after the flush, span")
     p.add_argument("--json")
     args = p.parse_args()
 
@@ -514,7 +509,8 @@ def main():
                "flush_mode": args.flush_mode, "warm_metadata": args.warm_metadata,
                "timing": f"median of {args.iters * args.rounds} event-timed calls per arm " +
                          (f"after an L2 flush ({args.flush_mb} MiB "
-                          f"{'read' if args.flush_mode == 'read' else 'zeroed'}) each"
+                          f"{'read' if args.flush_mode == 'read' else 'zeroed'}, then a ~100 "
+                          f"us spin) each"
                           if args.flush_mb > 0 else "without an L2 flush") +
                          f", arms interleaved over {args.rounds} rounds (odd rounds "
                          f"reversed), after {args.warmup} warm-up calls",
