@@ -25,7 +25,11 @@ one after another); arms are interleaved round by round (odd rounds reversed); m
 Two more arms give the floor for a call of that size: a device-to-device copy moving as many bytes
 as the kernels read (half read, half written; the written half may stay in the L2 within the
 call), and a plain read of the cache's own K and V pages (a kernel loading every 16 bytes once,
-many loads in flight; CuPy), launch and ramp included.
+many loads in flight; CuPy), launch and ramp included. Each skip arm (automatic splits) gets its
+own floor: a read of as many bytes as it reads (K in full, the V of its kept tiles, tile 0's K
+once more per split after the first), and a "ceiling" line gives the most any kernel reading
+those bytes could gain: our dense time, and the time of a dense call at 90% of the copy's
+bandwidth, over that read.
 With --timeline N, N more calls of each of our dense arms and of the copy and read arms run under
 the PyTorch profiler, which reports per call the GPU time of each kernel, the gap between the
 flush's end and the call's first kernel, and the span to the call's last kernel's end. Prints a
@@ -222,6 +226,19 @@ def timeline(fns, flush, calls):
     return out
 
 
+def skip_bytes(kv_bytes, sparsity, splits, batch, hkv, d, tile_k=64):
+    """Bytes a skip launch reads: K in full, the V of its kept tiles, and the K of tile 0 once
+    more in every split after the first (the sink that seeds its running maximum); tile_k is
+    decode_tile_k(d), 64 for every head dim."""
+    half = kv_bytes // 2
+    seed = max(0, splits - 1) * batch * hkv * tile_k * d * 2
+    return half + round((1.0 - sparsity) * half) + seed
+
+
+def floor_arm(lam):
+    return f"read of skip lambda={lam:g}'s bytes"
+
+
 class Ours:
     def __init__(self, lib_path):
         self.lib = ctypes.CDLL(lib_path)
@@ -336,7 +353,7 @@ def main():
           + (f", q_len {lq}" if lq > 1 else ""))
     print(f"{'batch':>5} {'length':>7} {'arm':<36} {'us':>9} {'TB/s':>6} {'of copy':>8} "
           f"{'sparsity':>9} {'vs cuDNN':>9} {'vs dense':>9} {'err':>9}")
-    rows, unavailable, timelines = [], [], []
+    rows, unavailable, timelines, ceilings = [], [], [], []
     for B, L in configs:
         pages_per_seq = (L + ps - 1) // ps
         n_pages = B * pages_per_seq
@@ -419,6 +436,7 @@ def main():
         arms.append((f"ours dense ({splits} splits)", dense, 0.0,
                      rel_l2(out, ref) if ref is not None else None))
         arms.append(("ours skip lambda=0", ours_arm(0.0, 1)[0], 0.0, None))
+        skip_reads = []  # (lambda, sparsity, bytes read) of the automatic-split skip arms
         for n_splits in [0] + args.splits:
             tag = f" ({n_splits} splits)" if n_splits else ""
             if n_splits:
@@ -430,13 +448,22 @@ def main():
                 s = stats.sum(0).tolist()
                 sparsity = s[1] / s[0] if s[0] else 0.0
                 err = rel_l2(out, ref) if ref is not None else None
-                arms.append((f"ours skip lambda={lam:g}{tag}", ours_arm(lam, 1, False, n_splits)[0],
-                             sparsity, err))
+                fn, used = ours_arm(lam, 1, False, n_splits)
+                arms.append((f"ours skip lambda={lam:g}{tag}", fn, sparsity, err))
+                if not n_splits:
+                    skip_reads.append((lam, sparsity,
+                                       skip_bytes(kv_bytes, sparsity, used, B, hkv, d)))
         # A copy moving the bytes our kernels read: half read, half written.
         copy_src = torch.empty(kv_bytes // 4, dtype=torch.bfloat16, device="cuda").normal_()
         copy_dst = torch.empty_like(copy_src)
         arms.append(("copy of the same bytes", lambda: copy_dst.copy_(copy_src), 0.0, None))
         arms.append(("read of the same bytes", reader.bind(kp, vp), 0.0, None))
+        # The floor of each skip arm: a plain read of as many bytes as that arm reads (K, then a
+        # prefix of the V pages; capped at all of V, which can only lower the floor).
+        v_flat = vp.view(-1).view(torch.uint8)
+        for lam, _, nbytes in skip_reads:
+            rest = min(v_flat.numel(), max(16, (nbytes - kv_bytes // 2) // 16 * 16))
+            arms.append((floor_arm(lam), reader.bind(kp, v_flat[:rest]), 0.0, None))
         if base is not None:
             arms.append(("base dense", ours_arm(0.0, 0, lib=base)[0], 0.0, None))
             for lam in args.lambdas:
@@ -483,6 +510,22 @@ def main():
                          "kv_bytes_per_s": bps, "fraction_of_copy": bps / copy_bps,
                          "tile_sparsity": sparsity, "speedup_vs_cudnn": ratio,
                          "speedup_vs_ours_dense": own_dense_ms / ms, "rel_l2_vs_cudnn": err})
+        # What the plain read allows any skip kernel: our dense call's time, and the time of a
+        # dense call at 90% of the copy's bandwidth, over the read of the skip arm's bytes.
+        ms_of = {a[0]: ms for a, ms in zip(arms, times)}
+        dense90_ms = kv_bytes / (0.9 * copy_bps) * 1e3
+        for lam, sparsity, nbytes in skip_reads:
+            floor_ms = ms_of[floor_arm(lam)]
+            c = {"batch": B, "length": L, "q_len": lq, "lambda": lam, "tile_sparsity": sparsity,
+                 "bytes_read": nbytes, "fraction_of_kv_bytes": nbytes / kv_bytes,
+                 "read_ms": floor_ms, "ours_skip_ms": ms_of[f"ours skip lambda={lam:g}"],
+                 "ceiling_vs_ours_dense": dense_ms / floor_ms,
+                 "ceiling_vs_dense_at_90pct_of_copy": dense90_ms / floor_ms}
+            ceilings.append(c)
+            print(f"{B:>5} {L:>7} ceiling at lambda={lam:g} ({100 * sparsity:.1f}% skipped, "
+                  f"{nbytes / kv_bytes:.1%} of the bytes): reading them takes "
+                  f"{floor_ms * 1e3:.1f} us, {c['ceiling_vs_ours_dense']:.3f}x our dense, "
+                  f"{c['ceiling_vs_dense_at_90pct_of_copy']:.3f}x a dense call at 90% of the copy")
         del kp, vp, ks, vs, keep, copy_src, copy_dst
         torch.cuda.empty_cache()
     if args.json:
@@ -505,6 +548,14 @@ def main():
                                "query head)"),
                "unavailable": unavailable,
                "timelines": timelines,
+               "ceilings": ceilings,
+               "ceiling_definition": "per automatic-split skip arm: the bytes it reads (K in "
+                                     "full, (1 - sparsity) of V, tile 0's K once more per split "
+                                     "after the first), the time of a plain read of that many "
+                                     "bytes of the cache (K, then a prefix of V) in the same "
+                                     "rounds, and our dense time and the time of a dense call at "
+                                     "90% of the copy bandwidth over it: the most any kernel "
+                                     "reading those bytes could gain",
                "page_order": args.page_order, "flush_mib": args.flush_mb,
                "flush_mode": args.flush_mode, "warm_metadata": args.warm_metadata,
                "timing": f"median of {args.iters * args.rounds} event-timed calls per arm " +
