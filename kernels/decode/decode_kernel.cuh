@@ -239,15 +239,26 @@ struct DecodeCta {
     return token * p.num_heads_q + kv_head * p.group + row % p.group;
   }
 
+  // The A fragments of Q: this thread's two rows r0 and r0 + 8, their addresses computed once.
+  // (Per fragment, head_row's divisions by the group made the prologue ~1,500 instructions long,
+  // all of them ahead of the first K copy.)
   __device__ void load_q() {
     const int r0 = lane / 4, c0 = 2 * (lane % 4);
     const auto* q = static_cast<const std::uint32_t*>(p.q);
+    const std::uint32_t* src[2];
+    bool valid[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = r0 + 8 * i;
+      valid[i] = row < rows;
+      src[i] = q + (valid[i] ? head_row(row) : 0) * (kHeadDim / 2) + c0 / 2;
+    }
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int row = r0 + 8 * (i % 2), col = 16 * kk + c0 + 8 * (i / 2);
-        qa[kk][i] = row < rows ? q[(head_row(row) * kHeadDim + col) / 2] : 0u;
+        const int col = 16 * kk + 8 * (i / 2);
+        qa[kk][i] = valid[i % 2] ? src[i % 2][col / 2] : 0u;
       }
     }
   }
@@ -502,13 +513,6 @@ struct DecodeCta {
     slice = warp % kKeySlices;
     col0 = (warp / kKeySlices) * Cfg::kCols;
     rows = p.q_len * p.group;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = lane / 4 + 8 * i;
-      const int last = kv_len - p.q_len + row / p.group;  // this row's token's position
-      key_hi[i] = row < rows ? last : -1;
-      key_lo[i] = p.window > 0 ? max(0, last - p.window + 1) : 0;
-    }
     if (tid == 0) {
       hopper::tma_prefetch_descriptor(&p.tma_k);
       hopper::tma_prefetch_descriptor(&p.tma_v);
@@ -524,7 +528,15 @@ struct DecodeCta {
       }
       hopper::fence_barrier_init();
     }
+    // Q does not depend on the sequence length: its loads are issued while that one is in flight.
     load_q();
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = lane / 4 + 8 * i;
+      const int last = kv_len - p.q_len + row / p.group;  // this row's token's position
+      key_hi[i] = row < rows ? last : -1;
+      key_lo[i] = p.window > 0 ? max(0, last - p.window + 1) : 0;
+    }
     __syncthreads();  // the barriers are initialized
     // The splits cut the tiles from the one holding the first token's first key, as
     // reference_decode.
