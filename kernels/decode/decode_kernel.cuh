@@ -323,13 +323,15 @@ struct DecodeCta {
   __device__ void accumulate(int stage, const float (&acc)[2][4]) {
     const int r0 = lane / 4;
     float pr[2][4];
+    float corr[2] = {1.f, 1.f};
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int row = r0 + 8 * i;
-      float corr = 1.f, sum = 0.f;
+      float sum = 0.f;
       if (row < rows) {
         const float m_new = m_run[i];
-        corr = m_ref[i] == kNegInf ? 0.f : hopper::fast_exp2((m_ref[i] - m_new) * p.scale_log2);
+        corr[i] = m_ref[i] == kNegInf ? 0.f
+                                      : hopper::fast_exp2((m_ref[i] - m_new) * p.scale_log2);
         m_ref[i] = m_new;
         // A token that has seen no key yet (its keys all lie past this split's first tiles)
         // keeps m = -inf: exponentiate against 0, so that its masked scores give 0, not NaN.
@@ -346,11 +348,19 @@ struct DecodeCta {
 #pragma unroll
         for (int nb = 0; nb < 2; ++nb) pr[nb][2 * i] = pr[nb][2 * i + 1] = 0.f;
       }
-      l[i] = l[i] * corr + sum;
+      l[i] = l[i] * corr[i] + sum;
+    }
+    // Past its first tiles the running maximum seldom moves (the sink holds it): o is rescaled
+    // only when some row of the warp moved, since o x 1 is o (the 64 multiplications at head dim
+    // 128 were a tenth of a tile's instructions).
+    if (__any_sync(0xffffffff, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-      for (int nb = 0; nb < Cfg::kCols / 8; ++nb) {
-        o[nb][2 * i] *= corr;
-        o[nb][2 * i + 1] *= corr;
+      for (int i = 0; i < 2; ++i) {
+#pragma unroll
+        for (int nb = 0; nb < Cfg::kCols / 8; ++nb) {
+          o[nb][2 * i] *= corr[i];
+          o[nb][2 * i + 1] *= corr[i];
+        }
       }
     }
     // The C fragments of two n8 blocks are the A fragment of one k16 step.
