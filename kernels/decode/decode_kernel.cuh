@@ -266,11 +266,12 @@ struct DecodeCta {
   // S of this warp's 16 keys of one tile, masked (C fragments of two n8 blocks); the first column
   // group publishes the row maxima.
   __device__ void scores(int stage, int tile, int buf, float (&acc)[2][4]) {
-#pragma unroll
-    for (int nb = 0; nb < 2; ++nb) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[nb][e] = 0.f;
-    }
+    // Two chains of MMAs per n8 block, the even and the odd k steps, summed at the end: a warp
+    // of a CTA alone on its SM sub-partition waits out each MMA's latency, and one chain of
+    // kHeadDim / 16 dependent MMAs was the longest path of a tile. (Head dim 256, at 255
+    // registers, would spill: one chain.)
+    constexpr int kChains = kHeadDim <= 128 ? 2 : 1;
+    float part[kChains][2][4] = {};
     const std::uint16_t* k = s.k[stage];
     const int mi = lane / 8;
     const int key = 16 * slice + 8 * (mi / 2) + lane % 8;
@@ -278,8 +279,17 @@ struct DecodeCta {
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       std::uint32_t b[4];
       hopper::ldmatrix_x4(b, k + tile_offset(key, 2 * kk + mi % 2));
-      hopper::mma_16816<kBf16>(acc[0], qa[kk], b[0], b[1]);
-      hopper::mma_16816<kBf16>(acc[1], qa[kk], b[2], b[3]);
+      hopper::mma_16816<kBf16>(part[kk % kChains][0], qa[kk], b[0], b[1]);
+      hopper::mma_16816<kBf16>(part[kk % kChains][1], qa[kk], b[2], b[3]);
+    }
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc[nb][e] = part[0][nb][e];
+#pragma unroll
+        for (int c = 1; c < kChains; ++c) acc[nb][e] += part[c][nb][e];
+      }
     }
     const int r0 = lane / 4;
     float mx[2] = {kNegInf, kNegInf};
