@@ -391,26 +391,19 @@ struct DecodeCta {
     }
   }
 
-  // The split's tiles in order. kVote: take the skip vote. Returns the number of tiles skipped.
+  __device__ bool seeded() const { return tile_begin > 0 && n_tiles > 0; }
+
+  // The split's tiles in order, row[j] the cache row of this warp's slice of tile tile_begin + j,
+  // K of the first kAhead tiles (and of the sink, for a seeded voting split) already requested.
+  // kVote: take the skip vote. Returns the number of tiles skipped.
   template <bool kVote>
-  __device__ int mainloop(float gap) {
+  __device__ int mainloop(float gap, int (&row)[Cfg::kAheadK + 1]) {
     constexpr int kAhead = Cfg::kAheadK;
     constexpr int kBehind = Cfg::kBehindPV;
     // Voting splits after the first start from the sink: tile 0's row maxima seed m_run (not O,
     // l or the tile counts), so that a split's far-field tiles meet the maximum they would meet
-    // in one long pass. Its K goes to the stage the loop fills first, K of tile kAhead's.
-    const bool seed = kVote && tile_begin > 0 && n_tiles > 0;
-    if (seed) load_k(kAhead, slice_row(0));
-    // row[j]: the cache row of this warp's slice of tile t + j, for this iteration's V (j = 0)
-    // and K (j = kAhead).
-    int row[kAhead + 1];
-#pragma unroll
-    for (int j = 0; j <= kAhead; ++j) row[j] = slice_row(tile_begin + j);
-#pragma unroll
-    for (int j = 0; j < kAhead; ++j) {
-      if (j < n_tiles) load_k(j, row[j]);
-    }
-    if (seed) {
+    // in one long pass. Its K is in the stage the loop fills first, K of tile kAhead's.
+    if (kVote && seeded()) {
       float sink[2][4];
       wait_k(kAhead);
       scores(kAhead, 0, 1, sink);
@@ -567,17 +560,24 @@ struct DecodeCta {
                 tile_end);
     tile_begin += first_tile;
     n_tiles = tile_end + first_tile - tile_begin;
+    // The cache rows of the split's first tiles (and of the sink) are read before the lambda
+    // lookup, which runs while they are in flight; then K is requested, the sink's first.
+    const int seed_row = kSkip && seeded() ? slice_row(0) : 0;
+    int row[Cfg::kAheadK + 1];
+#pragma unroll
+    for (int j = 0; j <= Cfg::kAheadK; ++j) row[j] = slice_row(tile_begin + j);
+    // lambda = 0 (the guard, and the dense kernel) runs the dense loop: bit-identical.
+    const float lambda = kSkip ? common::lambda_for(p.threshold, kv_len) : 0.f;
+    if (lambda > 0.f && seeded()) load_k(Cfg::kAheadK, seed_row);
+#pragma unroll
+    for (int j = 0; j < Cfg::kAheadK; ++j) {
+      if (j < n_tiles) load_k(j, row[j]);
+    }
     int skipped = 0;
-    if constexpr (kSkip) {
-      // lambda = 0 (the guard) runs the dense loop: bit-identical to the dense kernel.
-      const float lambda = common::lambda_for(p.threshold, kv_len);
-      if (lambda > 0.f) {
-        skipped = mainloop<true>(__log2f(lambda) / p.scale_log2);
-      } else {
-        mainloop<false>(kNegInf);
-      }
+    if (kSkip && lambda > 0.f) {
+      skipped = mainloop<kSkip>(__log2f(lambda) / p.scale_log2, row);
     } else {
-      mainloop<false>(kNegInf);
+      mainloop<false>(kNegInf, row);
     }
     store(skipped);
   }
