@@ -550,7 +550,6 @@ struct DecodeCta {
       key_hi[i] = row < rows ? last : -1;
       key_lo[i] = p.window > 0 ? max(0, last - p.window + 1) : 0;
     }
-    __syncthreads();  // the barriers are initialized
     // The splits cut the tiles from the one holding the first token's first key, as
     // reference_decode.
     const int first_key = p.window > 0 ? max(0, kv_len - p.q_len - p.window + 1) : 0;
@@ -561,13 +560,15 @@ struct DecodeCta {
     tile_begin += first_tile;
     n_tiles = tile_end + first_tile - tile_begin;
     // The cache rows of the split's first tiles (and of the sink) are read before the lambda
-    // lookup, which runs while they are in flight; then K is requested, the sink's first.
+    // lookup and the barrier, which run while they are in flight (with the barrier first, ptxas
+    // placed them after it in the skip kernel); then K is requested, the sink's first.
     const int seed_row = kSkip && seeded() ? slice_row(0) : 0;
     int row[Cfg::kAheadK + 1];
 #pragma unroll
     for (int j = 0; j <= Cfg::kAheadK; ++j) row[j] = slice_row(tile_begin + j);
     // lambda = 0 (the guard, and the dense kernel) runs the dense loop: bit-identical.
     const float lambda = kSkip ? common::lambda_for(p.threshold, kv_len) : 0.f;
+    __syncthreads();  // the barriers are initialized
     if (lambda > 0.f && seeded()) load_k(Cfg::kAheadK, seed_row);
 #pragma unroll
     for (int j = 0; j < Cfg::kAheadK; ++j) {
