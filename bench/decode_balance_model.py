@@ -27,7 +27,8 @@ TILE = 64
 
 
 def structured(rng, positions, heads, dim, role, sink=12.0, band=8.0, noise=0.75):
-    """[len(positions), heads, dim] rows of the benchmark's real-structure recipe."""
+    """[len(positions), heads, dim] rows of the benchmark's real-structure recipe: a numpy copy of
+    bench/compare_sdpa.py's `structured`, which draws with torch on the GPU (keep them alike)."""
     n = len(positions)
     pairs = max(1, dim // 8)
     first_noise = min(dim, 1 + 2 * pairs)
@@ -131,18 +132,17 @@ def main():
     print(f"{args.batch} x {args.length}, {args.splits} splits x {args.chunks} chunks, "
           f"lambda {args.lam:g}: {n_ctas} CTAs, {total} tile loads; per (sequence, head) the "
           f"most loaded carries {max(map(sum, groups)) / (total / len(groups)):.3f}x the mean")
+    extra = args.chunk_cost if args.chunks > 1 else 0.0  # what each chunk costs beyond its loads
     for cap in args.rate_cap:
         if args.scope == "head":
             queues = [list(c) for c in groups]
-            workers = []
-            for qi, q in enumerate(queues):
-                for _ in range(min(args.splits, len(q))):
-                    workers.append((qi, q.pop(0) + (args.chunk_cost if args.chunks > 1 else 0)))
+            workers = [(qi, q.pop(0) + extra) for qi, q in enumerate(queues)
+                       for _ in range(min(args.splits, len(q)))]
         else:
             queues = [[c for costs in groups for c in costs]]
-            workers = [(0, queues[0].pop(0) + (args.chunk_cost if args.chunks > 1 else 0))
+            workers = [(0, queues[0].pop(0) + extra)
                        for _ in range(min(n_ctas, len(queues[0])))]
-        t = play(workers, queues, cap, args.chunk_cost if args.chunks > 1 else 0.0)
+        t = play(workers, queues, cap, extra)
         ideal = total / n_ctas
         print(f"  rate cap {cap:g}: {t:.1f} units against {ideal:.1f} balanced "
               f"({t / ideal:.3f}x)")
