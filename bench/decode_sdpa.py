@@ -14,8 +14,13 @@ of their own: cuDNN gets them as an additive [N G, L] bias; FlashAttention takes
 gets [B, Hq, N, D] with GQA and torch.nn.attention.bias.causal_lower_right (FA2's own causal) and
 reads K/V per query head (its TB/s still counts the K/V bytes once).
 
-Every timed call follows a sweep of the L2 (--flush-mb MiB, 256; 0: none) and a spin of ~100 us
-(so that no arm's host launch is timed). --flush-mode read (the default) reads the sweep's buffer,
+Every timed call follows a sweep of the L2 (--flush-mb MiB, 256; 0: none), a sweep of the
+instruction caches and a spin of ~100 us (so that no arm's host launch is timed). The code sweep
+runs 256 KB of straight-line code on every SM: without it an arm found the code of the arm timed
+before it in the SMs' instruction caches (the L2 sweep reads data only), so a skip arm after
+another skip arm ran warm and one after a dense arm cold (1 x 4k: 14.0 against 14.7 us for the
+same launch); in serving, the other layers' kernels run between two attention calls.
+--no-code-sweep leaves it out. --flush-mode read (the default) reads the sweep's buffer,
 which leaves clean lines, as the weight reads of a model's matrix products leave the L2 before
 its attention; zero writes it, which leaves dirty lines that the timed call writes back to DRAM as
 its reads evict them (7 us more for our batch-1 call at 32k). --warm-metadata then reads q, the
@@ -167,6 +172,52 @@ class Reader:
         return call
 
 
+# Straight-line code larger than an SM's instruction caches: 16,384 dependent FMAs, 16 bytes each,
+# with distinct immediates. Written as PTX (the CUDA front end takes minutes over such a body;
+# ptxas under two seconds).
+CODE_SWEEP_FMAS = 16384
+
+
+class CodeSweep:
+    """A kernel whose 256 KB of code, run by four warps on every SM, evicts the code of the
+    kernels run before it from the SMs' instruction caches."""
+
+    def __init__(self):
+        import struct
+
+        import cupy
+
+        def imm(x):
+            return "0f%08X" % struct.unpack("<I", struct.pack("<f", x))[0]
+        body = "\n".join(f"  fma.rn.f32 x, x, av, {imm(i + 0.5)};"
+                         for i in range(CODE_SWEEP_FMAS))
+        ptx = (".version 8.0\n.target sm_90\n.address_size 64\n"
+               ".visible .entry sweep_code(.param .f32 a, .param .u64 sink) {\n"
+               "  .reg .f32 x, av; .reg .pred p; .reg .u64 s; .reg .u32 t;\n"
+               "  ld.param.f32 av, [a];\n  ld.param.u64 s, [sink];\n"
+               "  mov.u32 t, %tid.x;\n  cvt.rn.f32.u32 x, t;\n"
+               f"{body}\n"
+               # The result is stored only if it equals a constant, so no FMA can be dropped.
+               f"  setp.neu.f32 p, x, {imm(1234.5)};\n  @p bra DONE;\n"
+               "  cvta.to.global.u64 s, s;\n  st.global.f32 [s], x;\nDONE:\n  ret;\n}\n")
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+            f.write(ptx)
+        try:
+            self.kernel = cupy.RawModule(path=f.name).get_function("sweep_code")
+        finally:
+            os.unlink(f.name)
+        self.cp = cupy
+        self.sink = cupy.zeros(1, dtype=cupy.float32)
+        self.blocks = 2 * torch.cuda.get_device_properties(0).multi_processor_count
+        with warnings.catch_warnings():  # CuPy 14 deprecates it for Stream.from_external
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+
+    def __call__(self):
+        with self.stream:
+            self.kernel((self.blocks,), (128,), (self.cp.float32(1.0), self.sink))
+
+
 def make_flush(mode, mib):
     """The L2 sweep run before every timed call (None for mib 0): zero writes `mib` MiB (dirty
     lines left in the L2), read reads them (clean lines left)."""
@@ -199,10 +250,13 @@ def timeline(fns, flush, calls):
             trace = json.load(f)["traceEvents"]
     acts = sorted((e for e in trace if e.get("ph") == "X" and
                    e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
-    # Each call is the flush (one fill or read kernel) and what follows it up to the next flush.
+    # Each call is the flush (one fill or read kernel, and the code sweep) and what follows it up
+    # to the next flush.
     flush_name = acts[0]["name"]
     groups = []
     for e in acts:
+        if e["name"] == "sweep_code":
+            continue
         if e["name"] == flush_name:
             groups.append((e, []))
         elif groups:
@@ -312,6 +366,8 @@ def main():
     p.add_argument("--flush-mode", choices=["read", "zero"], default="read",
                    help="read the sweep's buffer (clean L2 lines left, as a model's weight reads "
                         "leave them) or zero it (dirty lines, written back during the timed call)")
+    p.add_argument("--no-code-sweep", action="store_true",
+                   help="no instruction-cache sweep after the L2 sweep")
     p.add_argument("--warm-metadata", action="store_true",
                    help="after each sweep, read q, the page table and the lengths back into the "
                         "L2, as the kernels that write them in serving leave them (K/V stay cold)")
@@ -343,6 +399,12 @@ def main():
     gen = torch.Generator(device="cuda").manual_seed(0)
     reader = Reader("read_once")
     flush = make_flush(args.flush_mode, args.flush_mb)
+    if flush is not None and not args.no_code_sweep:
+        data_flush, code_sweep = flush, CodeSweep()
+
+        def flush():
+            data_flush()
+            code_sweep()
     copy_bps = copy_bandwidth()
     read_bps = read_bandwidth(reader)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
@@ -558,10 +620,13 @@ def main():
                                      "reading those bytes could gain",
                "page_order": args.page_order, "flush_mib": args.flush_mb,
                "flush_mode": args.flush_mode, "warm_metadata": args.warm_metadata,
+               "code_sweep": args.flush_mb > 0 and not args.no_code_sweep,
                "timing": f"median of {args.iters * args.rounds} event-timed calls per arm " +
                          (f"after an L2 flush ({args.flush_mb} MiB "
-                          f"{'read' if args.flush_mode == 'read' else 'zeroed'}, then a ~100 "
-                          f"us spin) each"
+                          f"{'read' if args.flush_mode == 'read' else 'zeroed'}, " +
+                          ("" if args.no_code_sweep else
+                           f"a {CODE_SWEEP_FMAS * 16 // 1024} KB instruction-cache sweep, ") +
+                          "then a ~100 us spin) each"
                           if args.flush_mb > 0 else "without an L2 flush") +
                          f", arms interleaved over {args.rounds} rounds (odd rounds "
                          f"reversed), after {args.warmup} warm-up calls",
