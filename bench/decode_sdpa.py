@@ -35,10 +35,10 @@ own floor: a read of as many bytes as it reads (K in full, the V of its kept til
 once more per split after the first), and a "ceiling" line gives the most any kernel reading
 those bytes could gain: our dense time, and the time of a dense call at 90% of the copy's
 bandwidth, over that read.
-With --timeline N, N more calls of each of our dense arms and of the copy and read arms run under
-the PyTorch profiler, which reports per call the GPU time of each kernel, the gap between the
-flush's end and the call's first kernel, and the span to the call's last kernel's end. Prints a
-table and writes JSON.
+With --timeline N, N more calls of each of our arms (and the base build's) and of the copy and
+read arms run under the PyTorch profiler, which reports per call the GPU time of each kernel, the
+gap between the flush's end and the call's first kernel, and the span to the call's last kernel's
+end. Prints a table and writes JSON.
 
   python3 bench/decode_sdpa.py --lib build-gpu/libskipsoftmax_capi.so --json out.json
   python3 bench/decode_sdpa.py --lib build-gpu/libskipsoftmax_capi.so --q-len 4 --json out.json
@@ -293,6 +293,9 @@ def floor_arm(lam):
     return f"read of skip lambda={lam:g}'s bytes"
 
 
+MAX_SPLITS = 128  # decode::kMaxSplits
+
+
 class Ours:
     def __init__(self, lib_path):
         self.lib = ctypes.CDLL(lib_path)
@@ -316,15 +319,22 @@ class Ours:
         a.stats = stats.data_ptr() if stats is not None else None
         return a
 
-    def prepare(self, a):
+    def workspace_size(self, a):
+        """Bytes of workspace the call `a` needs, and its number of splits."""
         splits = ctypes.c_int(0)
         size = self.lib.skipsoftmax_decode_workspace_size(ctypes.byref(a), ctypes.byref(splits),
                                                           self.err, 1024)
         if size < 0:
             raise RuntimeError(self.err.value.decode())
-        ws = torch.empty(max(1, size), dtype=torch.uint8, device="cuda")
+        return size, splits.value
+
+    def prepare(self, a, ws):
+        """Points `a` at the start of the shared workspace `ws`; returns its number of splits."""
+        size, splits = self.workspace_size(a)
+        if size > ws.numel():
+            raise RuntimeError(f"workspace: {size} bytes needed, {ws.numel()} shared")
         a.workspace = ws.data_ptr()
-        return ws, splits.value
+        return splits
 
     def run(self, a):
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
@@ -372,8 +382,8 @@ def main():
                    help="after each sweep, read q, the page table and the lengths back into the "
                         "L2, as the kernels that write them in serving leave them (K/V stay cold)")
     p.add_argument("--timeline", type=int, default=0, metavar="N",
-                   help="profile N calls of each of our dense arms and of the same-bytes copy "
-                        "and read (PyTorch profiler): kernel times, gap after the flush, span")
+                   help="profile N calls of each of our arms and of the same-bytes copy and "
+                        "read (PyTorch profiler): kernel times, gap after the flush, span")
     p.add_argument("--json")
     args = p.parse_args()
 
@@ -484,13 +494,17 @@ def main():
                 err = rel_l2(res, ref)
             arms.append((name, fn, 0.0, err))
 
-        keep = []  # workspaces alive while their arms run
+        # One workspace for every arm (sized for the most splits a launch may take): with one
+        # each, the arms' partial outputs lay at different addresses, and two launches of the
+        # same kernel measured up to 1 us apart at 1 x 4k.
+        probe = ours.args(q, out, kp, vp, table, lens, L, hkv, 0.0, 0, None, MAX_SPLITS)
+        shared_ws = torch.empty(max(16, ours.workspace_size(probe)[0]), dtype=torch.uint8,
+                                device="cuda")
 
         def ours_arm(lam, force, with_stats=False, n_splits=0, lib=ours):
             a = lib.args(q, out, kp, vp, table, lens, L, hkv, lam, force,
                          stats if with_stats else None, n_splits)
-            ws, splits = lib.prepare(a)
-            keep.append(ws)
+            splits = lib.prepare(a, shared_ws)
             return (lambda: lib.run(a)), splits
 
         dense, splits = ours_arm(0.0, 0)
@@ -548,7 +562,7 @@ def main():
                                       sweep)
         if args.timeline:
             named = [(a[0], a[1]) for a in arms
-                     if a[0].startswith(("ours dense", "base dense", "copy of", "read of"))]
+                     if a[0].startswith(("ours ", "base ", "copy of", "read of"))]
             for t in timeline(named, sweep, args.timeline):
                 t.update({"batch": B, "length": L})
                 timelines.append(t)
@@ -588,7 +602,7 @@ def main():
                   f"{nbytes / kv_bytes:.1%} of the bytes): reading them takes "
                   f"{floor_ms * 1e3:.1f} us, {c['ceiling_vs_ours_dense']:.3f}x our dense, "
                   f"{c['ceiling_vs_dense_at_90pct_of_copy']:.3f}x a dense call at 90% of the copy")
-        del kp, vp, ks, vs, keep, copy_src, copy_dst
+        del kp, vp, ks, vs, shared_ws, copy_src, copy_dst
         torch.cuda.empty_cache()
     if args.json:
         doc = {"command": " ".join(sys.argv), "git_revision": args.git_revision,
