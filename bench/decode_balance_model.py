@@ -14,7 +14,10 @@ bandwidth equally, and none goes faster than --rate-cap times its share in the f
 alone is bound by its own latency: run 101 timed a lone CTA at 0.98 us a dense tile and 0.60 us a
 skipped one, about twice its share in a batch-1 wave). With --chunks F each split is cut into F
 chunks of its own vote, and the (sequence, head)'s CTAs take chunks as they finish (--scope head)
-or any CTA takes any chunk (--scope all), each chunk costing --chunk-cost tile loads more.
+or any CTA takes any chunk (--scope all), each chunk costing --chunk-cost tile loads more. With
+--per-head proportional the launch's CTAs are shared out among the (sequence, head)s in
+proportion to their loads at equal splits, as a launch could plan them from an earlier step's
+statistics or a calibration's per-head sparsity (the model knows the loads exactly: a bound).
 
   python3 bench/decode_balance_model.py --batch 2 --length 32768 --splits 16 --lambda 1e-3
 """
@@ -49,14 +52,12 @@ def structured(rng, positions, heads, dim, role, sink=12.0, band=8.0, noise=0.75
     return x
 
 
-def chunk_costs(args, parts):
-    """Per (sequence, KV head): the tile loads of each of `parts` vote ranges, in order."""
+def tile_maxima(args):
+    """Per (sequence, KV head): the [g, n_tiles] row maxima of the scores' tiles."""
     rng = np.random.default_rng(args.seed)
     g = args.heads_q // args.heads_kv
     n_tiles = (args.length + TILE - 1) // TILE
-    per = (n_tiles + parts - 1) // parts
-    gap = math.log(args.lam)
-    groups = []
+    maxima = []
     for _ in range(args.batch):
         pos = np.arange(args.length)
         k = structured(rng, pos, args.heads_kv, args.head_dim, "k")
@@ -65,20 +66,38 @@ def chunk_costs(args, parts):
             s = (k[:, h, :] @ q[h * g:(h + 1) * g].T).T / math.sqrt(args.head_dim)
             pad = n_tiles * TILE - args.length
             s = np.pad(s, ((0, 0), (0, pad)), constant_values=-np.inf)
-            tile_max = s.reshape(g, n_tiles, TILE).max(2)  # [g, n_tiles]
-            costs = []
-            for c in range(parts):
-                begin, end = min(per * c, n_tiles), min(per * c + per, n_tiles)
-                m = tile_max[:, 0].copy() if begin > 0 else np.full(g, -np.inf)
-                kept = 0
-                for t in range(begin, end):
-                    mx = tile_max[:, t]
-                    skip = bool(np.all(mx - np.maximum(m, mx) < gap))
-                    m = np.maximum(m, mx)
-                    kept += not skip
-                costs.append((end - begin) + kept + (1 if begin > 0 else 0))
-            groups.append(costs)
-    return groups
+            maxima.append(s.reshape(g, n_tiles, TILE).max(2))
+    return maxima
+
+
+def range_costs(tile_max, parts, gap):
+    """The tile loads of each of `parts` vote ranges of one (sequence, KV head), in order."""
+    g, n_tiles = tile_max.shape
+    per = (n_tiles + parts - 1) // parts
+    costs = []
+    for c in range(parts):
+        begin, end = min(per * c, n_tiles), min(per * c + per, n_tiles)
+        m = tile_max[:, 0].copy() if begin > 0 else np.full(g, -np.inf)
+        kept = 0
+        for t in range(begin, end):
+            mx = tile_max[:, t]
+            skip = bool(np.all(mx - np.maximum(m, mx) < gap))
+            m = np.maximum(m, mx)
+            kept += not skip
+        costs.append((end - begin) + kept + (1 if begin > 0 else 0))
+    return costs
+
+
+def proportional_splits(loads, n_ctas):
+    """Splits per (sequence, head), at least one each, summing to n_ctas, in proportion to their
+    loads (largest remainders)."""
+    total = sum(loads)
+    want = [max(1.0, n_ctas * x / total) for x in loads]
+    splits = [int(w) for w in want]
+    order = sorted(range(len(loads)), key=lambda i: want[i] - splits[i], reverse=True)
+    for i in order[:max(0, n_ctas - sum(splits))]:
+        splits[i] += 1
+    return splits
 
 
 def play(workers, queues, cap, chunk_cost):
@@ -122,22 +141,35 @@ def main():
     p.add_argument("--scope", choices=["head", "all"], default="head")
     p.add_argument("--chunk-cost", type=float, default=1.0,
                    help="tile loads a chunk costs beyond its own (its partial output, drain)")
+    p.add_argument("--per-head", choices=["equal", "proportional"], default="equal",
+                   help="splits per (sequence, head): equal, or in proportion to its load")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     if not 0 < args.lam < 1:
         p.error("--lambda must lie in (0, 1)")
-    groups = chunk_costs(args, args.splits * args.chunks)
+    gap = math.log(args.lam)
+    maxima = tile_maxima(args)
+    groups = [range_costs(m, args.splits * args.chunks, gap) for m in maxima]
     n_ctas = len(groups) * args.splits
     total = sum(map(sum, groups))
     print(f"{args.batch} x {args.length}, {args.splits} splits x {args.chunks} chunks, "
           f"lambda {args.lam:g}: {n_ctas} CTAs, {total} tile loads; per (sequence, head) the "
           f"most loaded carries {max(map(sum, groups)) / (total / len(groups)):.3f}x the mean")
+    splits = [args.splits] * len(groups)
+    if args.per_head == "proportional":
+        # Each (sequence, head) gets splits in proportion to its load at equal splits, as a
+        # launch could plan from an earlier step's statistics; the same CTAs in all.
+        splits = proportional_splits([sum(c) for c in groups], n_ctas)
+        groups = [range_costs(m, s * args.chunks, gap) for m, s in zip(maxima, splits)]
+        total = sum(map(sum, groups))
+        print(f"  splits per (sequence, head) in proportion to its load: {min(splits)} to "
+              f"{max(splits)}, {total} tile loads")
     extra = args.chunk_cost if args.chunks > 1 else 0.0  # what each chunk costs beyond its loads
     for cap in args.rate_cap:
         if args.scope == "head":
             queues = [list(c) for c in groups]
             workers = [(qi, q.pop(0) + extra) for qi, q in enumerate(queues)
-                       for _ in range(min(args.splits, len(q)))]
+                       for _ in range(min(splits[qi], len(q)))]
         else:
             queues = [[c for costs in groups for c in costs]]
             workers = [(0, queues[0].pop(0) + extra)
