@@ -138,6 +138,13 @@ extern "C" __global__ void NAME(const uint4* __restrict__ a, long long na,
 """
 
 
+def torch_stream(cupy):
+    """PyTorch's current stream as a CuPy stream, so that CuPy launches queue behind torch's."""
+    with warnings.catch_warnings():  # CuPy 14 deprecates it for Stream.from_external
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+
+
 class Reader:
     """A read-only kernel over CUDA tensors (CuPy's runtime compiler), on PyTorch's stream,
     named `name` (the profiler tells the flush's kernel from the read arm's by it)."""
@@ -162,9 +169,7 @@ class Reader:
         call is one launch."""
         wa, wb = self.words(a), self.words(b)
         args = (wa, self.cp.int64(wa.size // 4), wb, self.cp.int64(wb.size // 4), self.sink)
-        with warnings.catch_warnings():  # CuPy 14 deprecates it for Stream.from_external
-            warnings.simplefilter("ignore", DeprecationWarning)
-            stream = self.cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        stream = torch_stream(self.cp)
 
         def call():
             with stream:
@@ -209,25 +214,33 @@ class CodeSweep:
         self.cp = cupy
         self.sink = cupy.zeros(1, dtype=cupy.float32)
         self.blocks = 2 * torch.cuda.get_device_properties(0).multi_processor_count
-        with warnings.catch_warnings():  # CuPy 14 deprecates it for Stream.from_external
-            warnings.simplefilter("ignore", DeprecationWarning)
-            self.stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        self.stream = torch_stream(cupy)
 
     def __call__(self):
         with self.stream:
             self.kernel((self.blocks,), (128,), (self.cp.float32(1.0), self.sink))
 
 
-def make_flush(mode, mib):
-    """The L2 sweep run before every timed call (None for mib 0): zero writes `mib` MiB (dirty
-    lines left in the L2), read reads them (clean lines left)."""
+def make_flush(mode, mib, code_sweep):
+    """The sweep run before every timed call (None for mib 0): of the L2, where zero writes `mib`
+    MiB (dirty lines left in the L2) and read reads them (clean lines left); then, with
+    code_sweep, of the SMs' instruction caches."""
     if mib <= 0:
         return None
     buf = torch.zeros(mib * 2**20, dtype=torch.uint8, device="cuda")
     if mode == "zero":
-        return buf.zero_
-    half = buf.numel() // 2
-    return Reader("sweep_l2").bind(buf[:half], buf[half:])
+        data = buf.zero_
+    else:
+        half = buf.numel() // 2
+        data = Reader("sweep_l2").bind(buf[:half], buf[half:])
+    if not code_sweep:
+        return data
+    code = CodeSweep()
+
+    def flush():
+        data()
+        code()
+    return flush
 
 
 def timeline(fns, flush, calls):
@@ -408,13 +421,8 @@ def main():
     base = Ours(args.compare_lib) if args.compare_lib else None
     gen = torch.Generator(device="cuda").manual_seed(0)
     reader = Reader("read_once")
-    flush = make_flush(args.flush_mode, args.flush_mb)
-    if flush is not None and not args.no_code_sweep:
-        data_flush, code_sweep = flush, CodeSweep()
-
-        def flush():
-            data_flush()
-            code_sweep()
+    code_sweep = args.flush_mb > 0 and not args.no_code_sweep
+    flush = make_flush(args.flush_mode, args.flush_mb, code_sweep)
     copy_bps = copy_bandwidth()
     read_bps = read_bandwidth(reader)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
@@ -634,12 +642,12 @@ def main():
                                      "reading those bytes could gain",
                "page_order": args.page_order, "flush_mib": args.flush_mb,
                "flush_mode": args.flush_mode, "warm_metadata": args.warm_metadata,
-               "code_sweep": args.flush_mb > 0 and not args.no_code_sweep,
+               "code_sweep": code_sweep,
                "timing": f"median of {args.iters * args.rounds} event-timed calls per arm " +
                          (f"after an L2 flush ({args.flush_mb} MiB "
                           f"{'read' if args.flush_mode == 'read' else 'zeroed'}, " +
-                          ("" if args.no_code_sweep else
-                           f"a {CODE_SWEEP_FMAS * 16 // 1024} KB instruction-cache sweep, ") +
+                          (f"a {CODE_SWEEP_FMAS * 16 // 1024} KB instruction-cache sweep, "
+                           if code_sweep else "") +
                           "then a ~100 us spin) each"
                           if args.flush_mb > 0 else "without an L2 flush") +
                          f", arms interleaved over {args.rounds} rounds (odd rounds "
