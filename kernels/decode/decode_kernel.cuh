@@ -618,6 +618,18 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int tid = threadIdx.x;
   const std::int64_t head_row = blockIdx.x;
   const int n = p.num_splits;
+  // This thread's first kAhead partial outputs are requested with the lses, before the weights
+  // are known: one round trip to the L2 after the decode grid ends, not two (kAhead covers up to
+  // 32 splits at head dim 128; more would hold registers a decode CTA beside it may need).
+  constexpr int kAhead = 4;
+  const int quad = tid % kQuads;
+  const auto* part = reinterpret_cast<const float4*>(p.partial_o + head_row * n * kHeadDim);
+  float4 ahead[kAhead];
+#pragma unroll
+  for (int j = 0; j < kAhead; ++j) {
+    const int i = tid / kQuads + j * kSplitGroups;
+    ahead[j] = i < n ? part[i * kQuads + quad] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
   if (tid < n) weight[tid] = p.partial_lse[head_row * n + tid];
   __syncthreads();
   float m = -__builtin_huge_valf();
@@ -626,17 +638,23 @@ __global__ void __launch_bounds__(kCombineThreads)
   if (tid < n) weight[tid] = weight[tid] == -__builtin_huge_valf() ? 0.f : exp2f(weight[tid] - m);
   __syncthreads();
   // An empty split wrote a zero output with weight 0.
-  const int quad = tid % kQuads;
-  const auto* part = reinterpret_cast<const float4*>(p.partial_o + head_row * n * kHeadDim);
+  // Splits i = tid / kQuads + j kSplitGroups in order, as one loop over them would sum.
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-  for (int i = tid / kQuads; i < n; i += kSplitGroups) {
+  const auto add = [&](int i, const float4& x) {
     const float w = weight[i];
-    const float4 x = part[i * kQuads + quad];
     acc.x += w * x.x;
     acc.y += w * x.y;
     acc.z += w * x.z;
     acc.w += w * x.w;
+  };
+#pragma unroll
+  for (int j = 0; j < kAhead; ++j) {
+    const int i = tid / kQuads + j * kSplitGroups;
+    if (i < n) add(i, ahead[j]);
+  }
+#pragma unroll 8
+  for (int i = tid / kQuads + kAhead * kSplitGroups; i < n; i += kSplitGroups) {
+    add(i, part[i * kQuads + quad]);
   }
   group_sum[tid / kQuads][quad] = acc;
   __syncthreads();
