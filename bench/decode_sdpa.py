@@ -181,6 +181,7 @@ class Reader:
 # with distinct immediates. Written as PTX (the CUDA front end takes minutes over such a body;
 # ptxas under two seconds).
 CODE_SWEEP_FMAS = 16384
+CODE_SWEEP_NAME = "sweep_code"  # its kernel, which the timeline leaves out of each call
 
 
 class CodeSweep:
@@ -197,7 +198,7 @@ class CodeSweep:
         body = "\n".join(f"  fma.rn.f32 x, x, av, {imm(i + 0.5)};"
                          for i in range(CODE_SWEEP_FMAS))
         ptx = (".version 8.0\n.target sm_90\n.address_size 64\n"
-               ".visible .entry sweep_code(.param .f32 a, .param .u64 sink) {\n"
+               f".visible .entry {CODE_SWEEP_NAME}(.param .f32 a, .param .u64 sink) {{\n"
                "  .reg .f32 x, av; .reg .pred p; .reg .u64 s; .reg .u32 t;\n"
                "  ld.param.f32 av, [a];\n  ld.param.u64 s, [sink];\n"
                "  mov.u32 t, %tid.x;\n  cvt.rn.f32.u32 x, t;\n"
@@ -208,7 +209,7 @@ class CodeSweep:
         with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
             f.write(ptx)
         try:
-            self.kernel = cupy.RawModule(path=f.name).get_function("sweep_code")
+            self.kernel = cupy.RawModule(path=f.name).get_function(CODE_SWEEP_NAME)
         finally:
             os.unlink(f.name)
         self.cp = cupy
@@ -268,7 +269,7 @@ def timeline(fns, flush, calls):
     flush_name = acts[0]["name"]
     groups = []
     for e in acts:
-        if e["name"] == "sweep_code":
+        if e["name"] == CODE_SWEEP_NAME:
             continue
         if e["name"] == flush_name:
             groups.append((e, []))
