@@ -1,0 +1,43 @@
+/* The C API through the installed package, compiled as C: workspace sizing and the error text
+ * for a bad argument (neither needs a GPU). */
+#include <stdio.h>
+#include <string.h>
+
+#include "skipsoftmax/c_api.h"
+
+int main(void) {
+  skipsoftmax_decode_args args;
+  char error[256];
+  int splits = 0;
+  int failures = 0;
+  memset(&args, 0, sizeof args);
+  args.dtype = SKIPSOFTMAX_BF16;
+  args.head_dim = 128;
+  args.q = (const void*)0x10000;
+  args.out = (void*)0x20000;
+  args.k_pages = (const void*)0x40000;
+  args.v_pages = (const void*)0x50000;
+  args.num_pages = 512;
+  args.page_size = 64;
+  args.page_table = (const int32_t*)0x60000;
+  args.max_pages_per_seq = 512;
+  args.seq_lens = (const int32_t*)0x30000;
+  args.batch = 1;
+  args.max_seq_len = 32768;
+  args.num_heads_q = 32;
+  args.num_heads_kv = 8;
+  args.force_kernel = SKIPSOFTMAX_AUTO;
+
+  if (skipsoftmax_decode_workspace_size(&args, &splits, error, sizeof error) <= 0 || splits < 2) {
+    fprintf(stderr, "FAILED: a split 32k decode needs a workspace (%s)\n", error);
+    ++failures;
+  }
+  args.head_dim = 96;
+  if (skipsoftmax_decode_workspace_size(&args, NULL, error, sizeof error) != -1 ||
+      strstr(error, "head_dim 96") == NULL) {
+    fprintf(stderr, "FAILED: head_dim 96 is refused by name (got \"%s\")\n", error);
+    ++failures;
+  }
+  printf("consumer_c: %s (%d splits at 1 x 32k)\n", failures ? "FAILED" : "ok", splits);
+  return failures ? 1 : 0;
+}
