@@ -432,6 +432,13 @@ struct Consumer {
     return __shfl_sync(0xffffffff, hopper::named_barrier_and(kVoteBarrier + wg, 128, votes), 0);
   }
 
+  // Whether a tile with row maxima mx moves the running maximum of some row of the warp. Where
+  // none moves, softmax's factors are all exp2(0) = 1 and the rescale of O may be left out
+  // (bit-identical), as it mostly is in the voting loop once the sink and the diagonal are seen.
+  __device__ bool moves_max(const float (&mx)[2]) const {
+    return __any_sync(0xffffffff, mx[0] > m[0] || mx[1] > m[1]);
+  }
+
   // exp2 of the tile, the running sums, and the factor that rescales O. Leaves P in sc.
   __device__ void softmax(float (&sc)[kN / 2], const float (&mx)[2], float (&corr)[2]) {
 #pragma unroll
@@ -728,7 +735,9 @@ struct Consumer {
       }
     } else {
       float corr[2];
+      const bool moved = moves_max(mx);
       softmax(cur, mx, corr);
+      convert_p(cur);
       // The next scores must land before O is rescaled: ptxas serializes wgmma when registers of
       // a product issued in the same pipeline stage are written while another one is in flight.
       if constexpr (kNext) {
@@ -738,8 +747,7 @@ struct Consumer {
           land_qk<0>(next, pos + 1);
         }
       }
-      rescale_o(corr);
-      convert_p(cur);
+      if (moved) rescale_o(corr);
       start_pv(pos, tile);
       // The vote on the next tile runs while this P V occupies the tensor cores. It compares with
       // the running maximum this tile has just moved, as a vote after the P V would.
@@ -785,8 +793,9 @@ struct Consumer {
       }
     } else {
       float corr[2];
+      const bool moved = moves_max(mx);
       softmax(sc, mx, corr);
-      rescale_o(corr);
+      if (moved) rescale_o(corr);
       convert_p(sc);
       if constexpr (kNext) issue_qk_at(sc, pos + 1);
       start_pv(pos, tile);
