@@ -429,7 +429,7 @@ struct Consumer {
       votes &= mx[i] == kNegInf || mx[i] - fmaxf(m[i], mx[i]) < w.skip_gap;
     }
     // The shuffle tells the compiler what bar.red already guarantees: the verdict is uniform.
-    return __shfl_sync(0xffffffff, hopper::named_barrier_and(kVoteBarrier + wg, 128, votes), 0);
+    return __all_sync(0xffffffff, hopper::named_barrier_and(kVoteBarrier + wg, 128, votes));
   }
 
   // Whether a tile with row maxima mx moves the running maximum of some row of the warp. Where
