@@ -428,7 +428,8 @@ struct Consumer {
     for (int i = 0; i < 2; ++i) {
       votes &= mx[i] == kNegInf || mx[i] - fmaxf(m[i], mx[i]) < w.skip_gap;
     }
-    // The shuffle tells the compiler what bar.red already guarantees: the verdict is uniform.
+    // The warp vote tells the compiler what bar.red already guarantees, that the verdict is
+    // uniform, and lands it in a uniform predicate (a shuffle took longer: 1.5-4% at 8k-32k).
     return __all_sync(0xffffffff, hopper::named_barrier_and(kVoteBarrier + wg, 128, votes));
   }
 
