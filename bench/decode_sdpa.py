@@ -360,8 +360,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lib", required=True, help="path of libskipsoftmax_capi.so")
-    p.add_argument("--configs", nargs="+", default=["1x4096", "1x32768", "1x131072", "8x32768",
-                                                     "64x4096", "64x32768"],
+    p.add_argument("--configs", nargs="+", default=["1x4096", "1x32768", "1x131072", "2x32768",
+                                                     "8x32768", "64x4096", "64x32768"],
                    help="BATCHxLENGTH")
     p.add_argument("--heads-q", type=int, default=32)
     p.add_argument("--heads-kv", type=int, default=8)
