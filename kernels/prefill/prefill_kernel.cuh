@@ -511,7 +511,10 @@ struct Consumer {
     hopper::mbar_wait(&s.v_ready[pos % kRing], (pos / kRing) & 1);
   }
 
-  __device__ void run() {
+  // Forced inline: when the inliner leaves it a call, ptxas serializes every wgmma of the kernel
+  // (C7520, a compiler-inserted warpgroup.arrive on the call path); today's kernels inline it
+  // anyway (the same SASS), larger loops did not.
+  __device__ __forceinline__ void run() {
     const int warp = tid / 32, lane = tid % 32;
     row0 = row_base() + warp * 16 + lane / 4;
     wg_row_end = min(row_base() + Cfg::kRowsPerWarpgroup, w.q_len);
