@@ -8,12 +8,19 @@ diagonal, a Gaussian far field; the recipe of src/synthetic.cpp), or Q/K/V captu
 around each call, arms interleaved round by round (odd rounds in reverse order), median per arm.
 Prints a table and writes JSON.
 
+With --cutlass-fmha (fp16 only), CUTLASS's Hopper attention example (scripts/build-cutlass-fmha.sh)
+runs as a second peer on the same shapes: in its own process, with its own inputs and its own
+timing (the mean of back-to-back calls), its best variant's median over --cutlass-runs runs. It has
+MHA only, so it reads 4x the K/V bytes of the GQA arms at 32/8 heads; the work is compute-bound at
+these lengths, and its FLOPs are counted as ours are.
+
   python3 bench/compare_sdpa.py --lib build/libskipsoftmax_capi.so --json out.json
 """
 import argparse
 import ctypes
 import json
 import math
+import re
 import statistics
 import subprocess
 import sys
@@ -21,6 +28,29 @@ import sys
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def cutlass_fmha_ms(binary, batch, heads, seq_len, head_dim, causal, iterations, runs):
+    """Median over `runs` runs of CUTLASS's example of its fastest variant's mean ms per call, and
+    that variant's name. The example prints, per variant, a result line then a `t=<ms>ms` line."""
+    per_variant = {}
+    for _ in range(runs):
+        cmd = [binary, f"--b={batch}", f"--h={heads}", f"--q={seq_len}", f"--k={seq_len}",
+               f"--d={head_dim}", f"--mask={'causal' if causal else 'no'}",
+               f"--iterations={iterations}", "--verbose"]
+        text = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        name = None
+        for line in text.splitlines():
+            result = re.match(r"\s*\[(OK|--|FAIL)\]\s+(.*?)\s+:", line)
+            if result:
+                name = result.group(2) if result.group(1) != "FAIL" else None
+            timing = re.match(r"\s*t=([0-9.eE+-]+)ms", line)
+            if timing and name:
+                per_variant.setdefault(name, []).append(float(timing.group(1)))
+    if not per_variant:
+        raise RuntimeError(f"{binary} reported no successful variant for L={seq_len}")
+    name, times = min(per_variant.items(), key=lambda kv: statistics.median(kv[1]))
+    return statistics.median(times), name
 
 
 class PrefillArgs(ctypes.Structure):
@@ -168,7 +198,12 @@ def main():
     p.add_argument("--json")
     p.add_argument("--inputs", help="directory with q.npy, k.npy, v.npy [tokens, heads, head_dim] "
                                     "captured from a model (one sequence; --lengths is ignored)")
+    p.add_argument("--cutlass-fmha", help="path of CUTLASS's 88_hopper_fmha binary (fp16 only)")
+    p.add_argument("--cutlass-runs", type=int, default=5, help="runs of the CUTLASS example per length")
+    p.add_argument("--cutlass-iterations", type=int, default=20, help="timed calls per CUTLASS run")
     args = p.parse_args()
+    if args.cutlass_fmha and args.dtype != "fp16":
+        p.error("--cutlass-fmha: CUTLASS's example is built for fp16 only; add --dtype fp16")
 
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     causal = not args.non_causal
@@ -235,6 +270,10 @@ def main():
         times = interleaved_median_ms([fn for _, fn, _, _ in arms], args.warmup, args.iters,
                                       args.rounds)
         arms = [(name, ms, sparsity, err) for (name, _, sparsity, err), ms in zip(arms, times)]
+        if args.cutlass_fmha:
+            ms, variant = cutlass_fmha_ms(args.cutlass_fmha, B, args.heads_q, L, args.head_dim,
+                                          causal, args.cutlass_iterations, args.cutlass_runs)
+            arms.append((f"CUTLASS 88 ({variant})", ms, 0.0, None))
         cudnn_ms = next((ms for n, ms, _, _ in arms if n.startswith("cuDNN")), None)
         for name, ms, sparsity, err in arms:
             tflops = flops / ms * 1e-9
@@ -258,6 +297,11 @@ def main():
                "timing": f"median of {args.iters * args.rounds} event-timed calls per arm, arms "
                          f"interleaved over {args.rounds} rounds (odd rounds reversed), after "
                          f"{args.warmup} warm-up calls",
+               "cutlass_fmha": (f"{args.cutlass_fmha}: CUTLASS 4.2.0 examples/88_hopper_fmha, MHA "
+                                f"with {args.heads_q} heads, its own random inputs, median over "
+                                f"{args.cutlass_runs} runs of the mean of "
+                                f"{args.cutlass_iterations} back-to-back calls"
+                                if args.cutlass_fmha else None),
                "results": rows}
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2)

@@ -4,6 +4,9 @@
 #   gpu_tests.log          the GPU test suite
 #   bench_bf16_causal.json our kernels 4k-64k, bf16, causal, 32/8 heads, d128, lambda sweep
 #   compare_sdpa.json      the same shapes side by side with cuDNN and FlashAttention-2 (SDPA)
+#   compare_sdpa_fp16_cutlass.json   fp16 at 8k and 32k with CUTLASS's 88_hopper_fmha as a second
+#                          peer, when its binary is there (scripts/build-cutlass-fmha.sh; the
+#                          path in CUTLASS_FMHA, by default .gpubin/cutlass/88_hopper_fmha)
 #   bench_extra.json       KV visit orders, head dims 64/256, fp16, non-causal
 #   ncu_dense.txt, ncu_skip.txt   Nsight Compute sections of one dense and one skip launch
 # Usage: scripts/gpu_record.sh BUILD_DIR
@@ -25,6 +28,14 @@ bench --lengths 4096 8192 16384 32768 65536 \
 PYTHONUNBUFFERED=1 timeout -s KILL 200 python3 bench/compare_sdpa.py --lib "$b/libskipsoftmax_capi.so" \
   --lengths 4096 8192 16384 32768 65536 --lambdas 1e-3 3e-3 --git-revision "$rev" \
   --json "$out/compare_sdpa.json" | tail -n 12
+cutlass=${CUTLASS_FMHA:-.gpubin/cutlass/88_hopper_fmha}
+if [[ -x $cutlass ]]; then
+  PYTHONUNBUFFERED=1 timeout -s KILL 200 python3 bench/compare_sdpa.py --lib "$b/libskipsoftmax_capi.so" \
+    --dtype fp16 --lengths 8192 32768 --lambdas 3e-3 --cutlass-fmha "$cutlass" --git-revision "$rev" \
+    --json "$out/compare_sdpa_fp16_cutlass.json" | tail -n 12
+else
+  echo "CUTLASS's 88_hopper_fmha: not at $cutlass (scripts/build-cutlass-fmha.sh builds it); not timed"
+fi
 
 for order in forward reverse sink-reverse; do
   bench --lengths 32768 --lambdas 1e-3 3e-3 --kv-order "$order" --json "$work/order_$order.json" > /dev/null
