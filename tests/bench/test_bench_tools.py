@@ -1,0 +1,147 @@
+"""The benchmark tools that run other programs, against stand-ins for those programs: the prefill
+A/B driver (bench/ab_prefill.py) and the reader of CUTLASS's example (bench/cutlass_peer.py)."""
+import json
+import os
+import pathlib
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+from cutlass_peer import cutlass_fmha_ms  # noqa: E402
+
+
+def temp_dir(test):
+    """A fresh folder that is removed when the test ends."""
+    folder = tempfile.TemporaryDirectory()
+    test.addCleanup(folder.cleanup)
+    return pathlib.Path(folder.name)
+
+
+def write_program(path, text):
+    path.write_text(textwrap.dedent(text).lstrip())
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+# A stand-in for skipsoftmax_prefill_bench: writes the bench's JSON with a dense arm of DENSE_MS,
+# a guard arm and one skip arm of SKIP_MS at 75% sparsity, and appends its name to the log.
+FAKE_BENCH = """
+    #!/usr/bin/env python3
+    import json, os, sys
+    name, dense, skip = os.path.basename(sys.argv[0]), {dense}, {skip}
+    with open(os.environ["AB_LOG"], "a") as f:
+        f.write(name + " " + " ".join(sys.argv[1:]) + "\\n")
+    if {fail}:
+        sys.exit("bench: no GPU")
+    rows = [dict(arm="dense", length=32768, ms=dense, speedup_vs_dense=1.0, tile_sparsity=0.0,
+                 **{{"lambda": 0.0}}),
+            dict(arm="skip lambda=0", length=32768, ms=dense, speedup_vs_dense=1.0,
+                 tile_sparsity=0.0, **{{"lambda": 0.0}}),
+            dict(arm="skip", length=32768, ms=skip, speedup_vs_dense=dense / skip,
+                 tile_sparsity=0.75, **{{"lambda": 0.003}})]
+    json.dump(dict(gpu="stand-in", results=rows), open(sys.argv[sys.argv.index("--json") + 1], "w"))
+"""
+
+
+class AbPrefill(unittest.TestCase):
+    def setUp(self):
+        self.dir = temp_dir(self)
+        self.log = self.dir / "calls.log"
+        self.env = dict(os.environ, AB_LOG=str(self.log))
+
+    def bench(self, name, dense, skip, fail=False):
+        return write_program(self.dir / name, FAKE_BENCH.format(dense=dense, skip=skip, fail=fail))
+
+    def run_ab(self, *args):
+        return subprocess.run([sys.executable, str(BENCH / "ab_prefill.py"), *args],
+                              capture_output=True, text=True, env=self.env)
+
+    def test_summary_and_alternating_order(self):
+        a, b = self.bench("a", 30.0, 20.0), self.bench("b", 30.0, 18.0)
+        out = self.dir / "ab.json"
+        done = self.run_ab("--variant", f"main={a}", "--variant", f"new={b}", "--reps", "3",
+                           "--json", str(out), "--", "--lengths", "32768")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        calls = self.log.read_text().splitlines()
+        self.assertEqual([c.split()[0] for c in calls], ["a", "b", "b", "a", "a", "b"])
+        self.assertTrue(all(c.split()[1:3] == ["--lengths", "32768"] for c in calls))
+        doc = json.loads(out.read_text())
+        self.assertEqual(len(doc["runs"]), 6)
+        skip = next(e for e in doc["summary"] if e["arm"] == "skip lambda=0.003")
+        self.assertAlmostEqual(skip["main"]["speedup_vs_own_dense"], 1.5)
+        self.assertAlmostEqual(skip["new"]["speedup_vs_own_dense"], 30.0 / 18.0)
+        self.assertAlmostEqual(skip["new"]["time_vs_main"], 0.9)
+        self.assertAlmostEqual(skip["new"]["tile_sparsity"], 0.75)
+
+    def test_a_failing_variant_stops_it_and_writes_nothing(self):
+        a, b = self.bench("a", 30.0, 20.0), self.bench("b", 30.0, 18.0, fail=True)
+        out = self.dir / "ab.json"
+        done = self.run_ab("--variant", f"main={a}", "--variant", f"new={b}", "--json", str(out))
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("new exited 1", done.stderr)
+        self.assertIn("no GPU", done.stderr)
+        self.assertFalse(out.exists())
+
+    def test_bad_variants_are_refused(self):
+        a = self.bench("a", 30.0, 20.0)
+        out = str(self.dir / "ab.json")
+        for args in (["--variant", f"main={a}"],
+                     ["--variant", f"main={a}", "--variant", f"main={a}"],
+                     ["--variant", f"main={a}", "--variant", f"new={self.dir / 'missing'}"],
+                     ["--variant", f"main={a}", "--variant", "no-equals-sign"]):
+            done = self.run_ab(*args, "--json", out)
+            self.assertEqual(done.returncode, 2, args)
+            self.assertIn("--variant", done.stderr)
+        self.assertFalse(self.log.exists())
+
+
+# A stand-in for CUTLASS's 88_hopper_fmha: prints its result lines as the example does with
+# --verbose, with times that change from run to run (a counter in a file).
+FAKE_CUTLASS = """
+    #!/usr/bin/env python3
+    import os, sys
+    counter = os.path.join(os.path.dirname(sys.argv[0]), "runs")
+    n = int(open(counter).read()) if os.path.exists(counter) else 0
+    open(counter, "w").write(str(n + 1))
+    open(counter + ".args", "a").write(" ".join(sys.argv[1:]) + "\\n")
+    print("###### B 2 H 32 Q 32768 K 32768 D 128 Forward Causal #SM 132")
+    print(" [--]  tma ws cooperative 128x128x128   : 590.1 TFLOPS/s")
+    print("       t=%.3fms, smem=196608b" % (3.0 + 0.1 * n))
+    print("[FAIL] tma ws special 128x128x128       : 0 TFLOPS/s")
+    print("       t=0.001ms, smem=0b")
+    print(" [--]  tma ws ping-pong 128x128x128     : 610.4 TFLOPS/s")
+    print("       t=%.3fms, smem=196608b" % (2.9 - 0.1 * (n % 2)))
+"""
+
+
+class CutlassPeer(unittest.TestCase):
+    def test_fastest_variant_median_and_arguments(self):
+        d = temp_dir(self)
+        binary = write_program(d / "fmha", FAKE_CUTLASS)
+        ms, name = cutlass_fmha_ms(binary, 2, 32, 32768, 128, True, 20, 3)
+        self.assertEqual(name, "tma ws ping-pong 128x128x128")  # the FAIL line's time is ignored
+        self.assertAlmostEqual(ms, 2.9)  # runs 2.9, 2.8, 2.9
+        args = (d / "runs.args").read_text().splitlines()
+        self.assertEqual(len(args), 3)
+        self.assertEqual(args[0].split(), ["--b=2", "--h=32", "--q=32768", "--k=32768", "--d=128",
+                                           "--mask=causal", "--iterations=20", "--verbose"])
+        cutlass_fmha_ms(binary, 1, 8, 4096, 64, False, 5, 1)
+        self.assertIn("--mask=no", (d / "runs.args").read_text().splitlines()[-1].split())
+
+    def test_no_successful_variant_is_an_error(self):
+        d = temp_dir(self)
+        binary = write_program(d / "fmha", """
+            #!/bin/sh
+            echo "This example requires a GPU of NVIDIA's Hopper Architecture"
+        """)
+        with self.assertRaisesRegex(RuntimeError, "no successful variant"):
+            cutlass_fmha_ms(binary, 2, 32, 32768, 128, True, 20, 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
