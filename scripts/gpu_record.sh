@@ -9,6 +9,8 @@
 #                          path in CUTLASS_FMHA, by default .gpubin/cutlass/88_hopper_fmha)
 #   bench_extra.json       KV visit orders, head dims 64/256, fp16, non-causal
 #   ncu_dense.txt, ncu_skip.txt   Nsight Compute sections of one dense and one skip launch
+#   decode_sdpa.json       paged decode against cuDNN and FlashAttention-2 and a device copy, batch
+#                          1-64, 4k-128k (decode_sdpa.py's defaults: every decode row of the README)
 # Usage: scripts/gpu_record.sh BUILD_DIR
 set -uo pipefail
 b=${1:-build-gpu}
@@ -66,3 +68,5 @@ ncu_run() {
 # Launch order of the bench: the statistics run of lambda, dense, skip at lambda 0, skip at lambda.
 ncu_run 1 "$out/ncu_dense.txt"
 ncu_run 3 "$out/ncu_skip.txt"
+PYTHONUNBUFFERED=1 timeout -s KILL 400 python3 bench/decode_sdpa.py --lib "$b/libskipsoftmax_capi.so" \
+  --git-revision "$rev" --json "$out/decode_sdpa.json" | tail -n 40
