@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The recorded H200 run: every GPU test, then the prefill benchmarks of docs/PERFORMANCE.md, from
+# The recorded H200 run: every GPU test, then the prefill and decode benchmarks of docs/PERFORMANCE.md, from
 # a build folder made on the development machine (all kernel families). Writes into $OUT:
 #   gpu_tests.log          the GPU test suite
 #   bench_bf16_causal.json our kernels 4k-64k, bf16, causal, 32/8 heads, d128, lambda sweep
 #   compare_sdpa.json      the same shapes side by side with cuDNN and FlashAttention-2 (SDPA)
-#   compare_sdpa_fp16_cutlass.json   fp16 at 8k and 32k with CUTLASS's 88_hopper_fmha as a second
-#                          peer, when its binary is there (scripts/build-cutlass-fmha.sh; the
-#                          path in CUTLASS_FMHA, by default .gpubin/cutlass/88_hopper_fmha)
+#   compare_sdpa_fp16_cutlass.json   fp16 MHA (32/32 heads) at 8k and 32k with CUTLASS's
+#                          88_hopper_fmha as a second peer, when its binary is there
+#                          (scripts/build-cutlass-fmha.sh; the path in CUTLASS_FMHA, by default
+#                          .gpubin/cutlass/88_hopper_fmha)
 #   bench_extra.json       KV visit orders, head dims 64/256, fp16, non-causal
 #   ncu_dense.txt, ncu_skip.txt   Nsight Compute sections of one dense and one skip launch
 #   decode_sdpa.json       paged decode against cuDNN and FlashAttention-2 and a device copy, batch
@@ -33,7 +34,8 @@ PYTHONUNBUFFERED=1 timeout -s KILL 200 python3 bench/compare_sdpa.py --lib "$b/l
 cutlass=${CUTLASS_FMHA:-.gpubin/cutlass/88_hopper_fmha}
 if [[ -x $cutlass ]]; then
   PYTHONUNBUFFERED=1 timeout -s KILL 200 python3 bench/compare_sdpa.py --lib "$b/libskipsoftmax_capi.so" \
-    --dtype fp16 --lengths 8192 32768 --lambdas 3e-3 --cutlass-fmha "$cutlass" --git-revision "$rev" \
+    --dtype fp16 --heads-kv 32 --lengths 8192 32768 --lambdas 3e-3 --cutlass-fmha "$cutlass" \
+    --git-revision "$rev" \
     --json "$out/compare_sdpa_fp16_cutlass.json" | tail -n 12
 else
   echo "CUTLASS's 88_hopper_fmha: not at $cutlass (scripts/build-cutlass-fmha.sh builds it); not timed"
