@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The recorded H200 run: every GPU test, then the prefill and decode benchmarks of docs/PERFORMANCE.md, from
-# a build folder made on the development machine (all kernel families). Writes into $OUT:
+# The recorded H200 run: every GPU test, then the prefill and decode benchmarks of
+# docs/PERFORMANCE.md, from a build folder made on the development machine (all kernel families).
+# Writes into $OUT:
 #   gpu_tests.log          the GPU test suite
 #   bench_bf16_causal.json our kernels 4k-64k, bf16, causal, 32/8 heads, d128, lambda sweep
 #   compare_sdpa.json      the same shapes side by side with cuDNN and FlashAttention-2 (SDPA)
