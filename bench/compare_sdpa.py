@@ -20,6 +20,7 @@ import argparse
 import ctypes
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from cutlass_peer import cutlass_fmha_ms
+from timing_stats import paired_speedups, quartiles
 
 
 class PrefillArgs(ctypes.Structure):
@@ -84,7 +86,13 @@ SPIN_CYCLES = 200_000  # about 100 us at the H200's 1.98 GHz
 
 
 def interleaved_median_ms(fns, warmup, iters, rounds, flush=None):
-    """Per function, the median of rounds x iters event-timed calls, the functions taking turns
+    """Per function, the median of interleaved_times."""
+    return [statistics.median(t) for t in interleaved_times(fns, warmup, iters, rounds, flush)]
+
+
+def interleaved_times(fns, warmup, iters, rounds, flush=None):
+    """Per function, the times in ms of rounds x iters event-timed calls in timing order (call i of
+    every function from the same round), the functions taking turns
     round by round so that clock and thermal drift fall on all of them alike, odd rounds in
     reverse order so that no function always follows the same one; with `flush` (a function that
     sweeps the L2), it runs before every timed call so that no call finds its inputs in L2, and a
@@ -109,7 +117,7 @@ def interleaved_median_ms(fns, warmup, iters, rounds, flush=None):
                 b.record()
                 b.synchronize()
                 times[k].append(a.elapsed_time(b))
-    return [statistics.median(t) for t in times]
+    return times
 
 
 def rel_l2(a, b):
@@ -194,7 +202,7 @@ def main():
           f"D={args.head_dim}, {'causal' if causal else 'non-causal'}, median of "
           f"{args.iters * args.rounds} interleaved")
     print(f"{'length':>7} {'batch':>5} {'arm':<22} {'ms':>9} {'TFLOPS':>8} {'sparsity':>9} "
-          f"{'vs cuDNN':>9} {'err':>9}")
+          f"{'vs cuDNN':>9} {'paired IQR':>13} {'err':>9}")
     captured = None
     if args.inputs:
         import numpy as np
@@ -246,23 +254,42 @@ def main():
             sparsity = s[1] / s[0] if s[0] else 0.0
             err = rel_l2(out, ref) if ref is not None else None
             arms.append((f"ours skip lambda={lam:g}", ours_arm(lam, 1), sparsity, err))
-        times = interleaved_median_ms([fn for _, fn, _, _ in arms], args.warmup, args.iters,
-                                      args.rounds)
-        arms = [(name, ms, sparsity, err) for (name, _, sparsity, err), ms in zip(arms, times)]
+        times = interleaved_times([fn for _, fn, _, _ in arms], args.warmup, args.iters,
+                                  args.rounds)
+        arms = [(name, t, sparsity, err) for (name, _, sparsity, err), t in zip(arms, times)]
+        cutlass = None
         if args.cutlass_fmha:
-            ms, variant = cutlass_fmha_ms(args.cutlass_fmha, B, args.heads_q, L, args.head_dim,
-                                          causal, args.cutlass_iterations, args.cutlass_runs)
-            arms.append((f"CUTLASS 88 ({variant})", ms, 0.0, None))
-        cudnn_ms = next((ms for n, ms, _, _ in arms if n.startswith("cuDNN")), None)
-        for name, ms, sparsity, err in arms:
-            tflops = flops / ms * 1e-9
-            ratio = cudnn_ms / ms if cudnn_ms else float("nan")
+            cutlass = cutlass_fmha_ms(args.cutlass_fmha, B, args.heads_q, L, args.head_dim,
+                                      causal, args.cutlass_iterations, args.cutlass_runs)
+        cudnn = next((t for n, t, _, _ in arms if n.startswith("cuDNN")), None)
+        cudnn_ms = statistics.median(cudnn) if cudnn else None
+        rows_here = []
+        for name, t, sparsity, err in arms:
+            q1, ms, q3 = quartiles(t)
+            row = {"length": L, "batch": B, "arm": name, "ms": ms, "ms_quartiles": [q1, q3],
+                   "tflops": flops / ms * 1e-9, "tile_sparsity": sparsity,
+                   "speedup_vs_cudnn": cudnn_ms / ms if cudnn else None, "rel_l2_vs_cudnn": err}
+            if cudnn:
+                p1, pm, p3 = paired_speedups(cudnn, t)
+                row["speedup_vs_cudnn_paired"] = {"median": pm, "quartiles": [p1, p3]}
+            rows_here.append(row)
+        if cutlass:
+            ms, variant = cutlass
+            rows_here.append({"length": L, "batch": B, "arm": f"CUTLASS 88 ({variant})", "ms": ms,
+                              "tflops": flops / ms * 1e-9, "tile_sparsity": 0.0,
+                              "speedup_vs_cudnn": cudnn_ms / ms if cudnn else None,
+                              "rel_l2_vs_cudnn": None})
+        for row in rows_here:
+            ratio = row["speedup_vs_cudnn"]
+            ratio_s = f"{ratio:.3f}x" if ratio is not None else "-"
+            paired = row.get("speedup_vs_cudnn_paired")
+            spread = (f"{paired['quartiles'][0]:.3f}-{paired['quartiles'][1]:.3f}"
+                      if paired and row["arm"] != "cuDNN (SDPA)" else "-")
+            err = row["rel_l2_vs_cudnn"]
             err_s = f"{err:.2e}" if err is not None else "-"
-            print(f"{L:>7} {B:>5} {name:<22} {ms:>9.3f} {tflops:>8.1f} {100 * sparsity:>8.1f}% "
-                  f"{ratio:>8.3f}x {err_s:>9}")
-            rows.append({"length": L, "batch": B, "arm": name, "ms": ms, "tflops": tflops,
-                         "tile_sparsity": sparsity, "speedup_vs_cudnn": ratio,
-                         "rel_l2_vs_cudnn": err})
+            print(f"{L:>7} {B:>5} {row['arm']:<22} {row['ms']:>9.3f} {row['tflops']:>8.1f} "
+                  f"{100 * row['tile_sparsity']:>8.1f}% {ratio_s:>9} {spread:>13} {err_s:>9}")
+        rows += rows_here
         del q, k, v, out
         torch.cuda.empty_cache()
     if args.json:
@@ -275,15 +302,18 @@ def main():
                           "synthetic real-structure (sink 12, band 8, far field 0.75)"),
                "timing": f"median of {args.iters * args.rounds} event-timed calls per arm, arms "
                          f"interleaved over {args.rounds} rounds (odd rounds reversed), after "
-                         f"{args.warmup} warm-up calls",
+                         f"{args.warmup} warm-up calls; speedup_vs_cudnn is the ratio of the "
+                         "medians, speedup_vs_cudnn_paired the median and quartiles of the "
+                         "ratios of calls timed in the same round",
                "cutlass_fmha": (f"{args.cutlass_fmha}: CUTLASS 4.2.0 examples/88_hopper_fmha, "
                                 f"its own random inputs, median over "
                                 f"{args.cutlass_runs} runs of the mean of "
                                 f"{args.cutlass_iterations} back-to-back calls"
                                 if args.cutlass_fmha else None),
                "results": rows}
-        with open(args.json, "w") as f:
+        with open(args.json + ".tmp", "w") as f:
             json.dump(doc, f, indent=2)
+        os.replace(args.json + ".tmp", args.json)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The benchmark tools that run other programs, against stand-ins for those programs: the prefill
-A/B driver (bench/ab_prefill.py) and the reader of CUTLASS's example (bench/cutlass_peer.py)."""
+"""The benchmark tools that need no GPU: the prefill A/B driver (bench/ab_prefill.py) and the
+reader of CUTLASS's example (bench/cutlass_peer.py), against stand-ins for the programs they run,
+and the order statistics of the side-by-side benchmarks (bench/timing_stats.py)."""
 import json
 import os
 import pathlib
@@ -13,6 +14,7 @@ import unittest
 BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 from cutlass_peer import cutlass_fmha_ms  # noqa: E402
+from timing_stats import paired_speedups, quartiles  # noqa: E402
 
 
 def temp_dir(test):
@@ -141,6 +143,28 @@ class CutlassPeer(unittest.TestCase):
         """)
         with self.assertRaisesRegex(RuntimeError, "no successful variant"):
             cutlass_fmha_ms(binary, 2, 32, 32768, 128, True, 20, 2)
+
+
+class TimingStats(unittest.TestCase):
+    def test_quartiles_interpolate_between_order_statistics(self):
+        self.assertEqual(quartiles([5.0]), (5.0, 5.0, 5.0))
+        self.assertEqual(quartiles([4.0, 1.0, 3.0, 2.0, 5.0]), (2.0, 3.0, 4.0))
+        self.assertEqual(quartiles([1.0, 2.0, 3.0, 4.0]), (1.75, 2.5, 3.25))  # as numpy's default
+        with self.assertRaises(ValueError):
+            quartiles([])
+
+    def test_paired_speedups_follow_the_rounds(self):
+        # Both arms slow down together in the last rounds (clock drift): the ratio of each round
+        # stays 1.1, although the two arms' medians alone would suggest a wider spread.
+        base = [1.1, 1.1, 1.1, 2.2, 2.2]
+        arm = [1.0, 1.0, 1.0, 2.0, 2.0]
+        q1, median, q3 = paired_speedups(base, arm)
+        self.assertAlmostEqual(q1, 1.1)
+        self.assertAlmostEqual(median, 1.1)
+        self.assertAlmostEqual(q3, 1.1)
+        self.assertEqual(paired_speedups([2.0, 4.0, 6.0], [2.0, 2.0, 2.0]), (1.5, 2.0, 2.5))
+        with self.assertRaisesRegex(ValueError, "3 base calls against 2"):
+            paired_speedups([1.0, 1.0, 1.0], [1.0, 1.0])
 
 
 if __name__ == "__main__":
