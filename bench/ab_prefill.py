@@ -29,9 +29,22 @@ def parse_variant(text):
 
 
 def arm_key(row):
-    """(length, arm label) of one result row of the bench's JSON."""
-    label = row["arm"] if row["arm"] != "skip" else f"skip lambda={row['lambda']:g}"
-    return row["length"], label
+    """(length, arm label) of one result row of the bench's JSON. The bench names its arms
+    "dense", "skip lambda=0" (the skip kernel's guard) and "skip" (one per --lambdas value, which
+    may be 0 as well)."""
+    if row["arm"] == "skip":
+        return row["length"], f"skip lambda={row['lambda']:g}"
+    if row["arm"] == "skip lambda=0":
+        return row["length"], "guard (skip kernel, lambda=0)"
+    return row["length"], row["arm"]
+
+
+def arm_order(key):
+    """Longest length first; per length dense, the guard, then the skip arms by lambda."""
+    length, label = key
+    if label.startswith("skip lambda="):
+        return -length, 2, float(label.split("=", 1)[1])
+    return -length, 0 if label == "dense" else 1, 0.0
 
 
 def summarize(runs, names):
@@ -65,8 +78,10 @@ def main():
     if len(names) < 2 or len(set(names)) != len(names):
         p.error("--variant: give two or more variants with distinct names")
     for name, path in args.variant:
-        if not os.access(path, os.X_OK):
+        if not os.path.isfile(path) or not os.access(path, os.X_OK):
             p.error(f"--variant {name}: {path} is not an executable file")
+        if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            p.error(f"--variant {name}: a name of letters, digits, '-', '_' and '.' only")
     if args.reps < 1:
         p.error("--reps must be at least 1")
     bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
@@ -80,7 +95,10 @@ def main():
                 cmd = [path, *bench_args, "--json", out]
                 print(f"[rep {rep + 1}/{args.reps}] {name}: {' '.join(cmd)}", file=sys.stderr,
                       flush=True)
-                done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+                try:
+                    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+                except subprocess.TimeoutExpired:
+                    sys.exit(f"ab_prefill: {name} ran past --timeout {args.timeout} s")
                 if done.returncode != 0:
                     sys.exit(f"ab_prefill: {name} exited {done.returncode}:\n{done.stderr[-2000:]}")
                 with open(out) as f:
@@ -90,12 +108,12 @@ def main():
 
     table = summarize(runs, names)
     base = names[0]
-    print(f"{'length':>7} {'arm':<22} " + " ".join(
+    print(f"{'length':>7} {'arm':<30} " + " ".join(
         f"{n + ' ms':>12} {n + ' x dense':>12}" + (f" {n + '/' + base:>10}" if n != base else "")
         for n in names))
     summary = []
-    for (length, arm), cells in sorted(table.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
-        line = f"{length:>7} {arm:<22} "
+    for (length, arm), cells in sorted(table.items(), key=lambda kv: arm_order(kv[0])):
+        line = f"{length:>7} {arm:<30} "
         entry = {"length": length, "arm": arm}
         for n in names:
             if n not in cells:

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 
 import torch
@@ -187,6 +188,11 @@ def main():
     p.add_argument("--cutlass-runs", type=int, default=5, help="runs of the CUTLASS example per length")
     p.add_argument("--cutlass-iterations", type=int, default=20, help="timed calls per CUTLASS run")
     args = p.parse_args()
+    if args.rounds < 1 or args.iters < 1:
+        p.error("--rounds and --iters must be at least 1")
+    if args.cutlass_fmha and args.inputs:
+        p.error("--cutlass-fmha times CUTLASS's example on its own random inputs; it cannot run "
+                "on captured --inputs")
     if args.cutlass_fmha and (args.dtype != "fp16" or args.heads_kv != args.heads_q):
         p.error("--cutlass-fmha: CUTLASS's example has fp16 and MHA only; for the same shape in "
                 f"every arm add --dtype fp16 --heads-kv {args.heads_q}")
@@ -258,8 +264,11 @@ def main():
         arms = [(name, t, sparsity, err) for (name, _, sparsity, err), t in zip(arms, times)]
         cutlass = None
         if args.cutlass_fmha:
-            cutlass = cutlass_fmha_ms(args.cutlass_fmha, B, args.heads_q, L, args.head_dim,
-                                      causal, args.cutlass_iterations, args.cutlass_runs)
+            try:
+                cutlass = cutlass_fmha_ms(args.cutlass_fmha, B, args.heads_q, L, args.head_dim,
+                                          causal, args.cutlass_iterations, args.cutlass_runs)
+            except (OSError, RuntimeError, subprocess.CalledProcessError) as e:
+                print(f"{L:>7} {B:>5} {'CUTLASS 88':<22} unavailable: {str(e)[:80]}")
         cudnn = next((t for n, t, _, _ in arms if n.startswith("cuDNN")), None)
         cudnn_ms = statistics.median(cudnn) if cudnn else None
         rows_here = []
@@ -274,7 +283,8 @@ def main():
             rows_here.append(row)
         if cutlass:
             ms, variant = cutlass
-            rows_here.append({"length": L, "batch": B, "arm": f"CUTLASS 88 ({variant})", "ms": ms,
+            rows_here.append({"length": L, "batch": B, "arm": "CUTLASS 88", "variant": variant,
+                              "ms": ms,
                               "tflops": flops / ms * 1e-9, "tile_sparsity": 0.0,
                               "speedup_vs_cudnn": cudnn_ms / ms if cudnn else None,
                               "rel_l2_vs_cudnn": None})
@@ -311,7 +321,7 @@ def main():
                                 if args.cutlass_fmha else None),
                "results": rows}
         with open(args.json + ".tmp", "w") as f:
-            json.dump(doc, f, indent=2)
+            json.dump(doc, f, indent=2, allow_nan=False)
         os.replace(args.json + ".tmp", args.json)
 
 

@@ -586,10 +586,11 @@ def main():
             # The base build's arms against its own dense arm.
             own_dense_ms = base_ms if name.startswith("base") else dense_ms
             bps = kv_bytes / (ms * 1e-3)
-            ratio = cudnn_ms / ms if cudnn_ms else float("nan")
+            ratio = cudnn_ms / ms if cudnn_ms else None
+            ratio_s = f"{ratio:.3f}x" if ratio is not None else "-"
             err_s = f"{err:.2e}" if err is not None else "-"
             print(f"{B:>5} {L:>7} {name:<36} {ms * 1e3:>9.1f} {bps / 1e12:>6.2f} "
-                  f"{bps / copy_bps:>7.1%} {100 * sparsity:>8.1f}% {ratio:>8.3f}x "
+                  f"{bps / copy_bps:>7.1%} {100 * sparsity:>8.1f}% {ratio_s:>9} "
                   f"{own_dense_ms / ms:>8.3f}x {err_s:>9}")
             rows.append({"batch": B, "length": L, "q_len": lq, "arm": name, "ms": ms,
                          "kv_bytes_per_s": bps, "fraction_of_copy": bps / copy_bps,

@@ -3,18 +3,22 @@
 # second peer to time beside our kernels and cuDNN. Its source comes from the pinned PyPI wheel
 # nvidia-cutlass 4.2.0.0 (CUTLASS v4.2.0), which carries include/, tools/util/include/ and the
 # examples; the flags are those of CUTLASS's own CMake build of the example.
-#   scripts/build-cutlass-fmha.sh [OUT_DIR]    (default .gpubin/cutlass; about 6 min on 2 cores)
-# Leaves OUT_DIR/88_hopper_fmha; bench/cutlass_fmha.py runs it.
+#   scripts/build-cutlass-fmha.sh [OUT_DIR]    (default .gpubin/cutlass under the repository;
+#                                              about 6 min on 2 cores)
+# Leaves OUT_DIR/88_hopper_fmha, which bench/compare_sdpa.py --cutlass-fmha runs (through
+# bench/cutlass_peer.py). To run it on a machine without network, carry OUT_DIR there.
 set -euo pipefail
+out=$(realpath -m "${1:-$(dirname "$0")/../.gpubin/cutlass}")
 cd "$(dirname "$0")/.."
-out=${1:-.gpubin/cutlass}
 version=4.2.0.0
 cache=.whl/cutlass-$version
 src=$cache/cutlass_library/source
-if [[ ! -f $src/examples/88_hopper_fmha/88_hopper_fmha.cu ]]; then
-  rm -rf "$cache" && mkdir -p "$cache"
-  python3 -m pip download --quiet --no-deps --dest "$cache" "nvidia-cutlass==$version"
-  python3 - "$cache" <<'EOF'
+# The sources are unpacked beside the cache and moved into place whole, so that an interrupted
+# download or extraction is never taken for a complete one.
+if [[ ! -d $cache ]]; then
+  rm -rf "$cache.tmp" && mkdir -p "$cache.tmp"
+  python3 -m pip download --quiet --no-deps --dest "$cache.tmp" "nvidia-cutlass==$version"
+  python3 - "$cache.tmp" <<'EOF'
 import glob, sys, zipfile
 cache = sys.argv[1]
 wheel = zipfile.ZipFile(glob.glob(f"{cache}/nvidia_cutlass-*.whl")[0])
@@ -25,6 +29,7 @@ if not any(n.endswith("88_hopper_fmha.cu") for n in members):
     sys.exit("build-cutlass-fmha: the wheel does not carry examples/88_hopper_fmha")
 wheel.extractall(cache, members)
 EOF
+  mv "$cache.tmp" "$cache"
 fi
 mkdir -p "$out"
 tmp=$out/88_hopper_fmha.tmp.$$

@@ -14,9 +14,12 @@
 #   decode_sdpa.json       paged decode against cuDNN and FlashAttention-2 and a device copy, batch
 #                          1-64, 4k-128k (decode_sdpa.py's defaults: every decode row of the README)
 # Usage: scripts/gpu_record.sh BUILD_DIR
+# The whole run takes about 15-25 minutes; the device tool's calls (10 minutes at most) run its
+# parts one by one.
 set -uo pipefail
-b=${1:-build-gpu}
-out=${OUT:?}
+b=$(realpath "${1:-build-gpu}")
+out=$(realpath "${OUT:?}")
+cd "$(dirname "$0")/.."
 rev=$(cat "$b/git_revision")
 work=$(mktemp -d)
 

@@ -30,24 +30,42 @@ def write_program(path, text):
     return str(path)
 
 
-# A stand-in for skipsoftmax_prefill_bench: writes the bench's JSON with a dense arm of DENSE_MS,
-# a guard arm and one skip arm of SKIP_MS at 75% sparsity, and appends its name to the log.
+# A stand-in for skipsoftmax_prefill_bench: writes the bench's JSON for two lengths (the second
+# 1/16 of the first's times) with a dense arm, the guard arm and skip arms at lambda 0, 1e-6 and
+# 3e-3, and appends its name and arguments to the log. Its k-th call scales the dense arms by
+# DENSE_F[k] and the others by OTHER_F[k], so that a median differs from the first, the last and
+# the mean of three calls.
+DENSE_F = [1.09, 1.00, 1.03]
+OTHER_F = [1.00, 1.03, 1.09]
 FAKE_BENCH = """
     #!/usr/bin/env python3
     import json, os, sys
-    name, dense, skip = os.path.basename(sys.argv[0]), {dense}, {skip}
-    with open(os.environ["AB_LOG"], "a") as f:
+    name = os.path.basename(sys.argv[0])
+    log = os.environ["AB_LOG"]
+    calls = sum(1 for l in open(log) if l.split()[0] == name) if os.path.exists(log) else 0
+    with open(log, "a") as f:
         f.write(name + " " + " ".join(sys.argv[1:]) + "\\n")
     if {fail}:
         sys.exit("bench: no GPU")
-    rows = [dict(arm="dense", length=32768, ms=dense, speedup_vs_dense=1.0, tile_sparsity=0.0,
-                 **{{"lambda": 0.0}}),
-            dict(arm="skip lambda=0", length=32768, ms=dense, speedup_vs_dense=1.0,
-                 tile_sparsity=0.0, **{{"lambda": 0.0}}),
-            dict(arm="skip", length=32768, ms=skip, speedup_vs_dense=dense / skip,
-                 tile_sparsity=0.75, **{{"lambda": 0.003}})]
-    json.dump(dict(gpu="stand-in", results=rows), open(sys.argv[sys.argv.index("--json") + 1], "w"))
+    fd, fo = {dense_f}[calls % 3], {other_f}[calls % 3]
+    rows = []
+    for length, scale in ((8192, 1 / 16), (32768, 1.0)):
+        dense = {dense} * scale * fd
+        def row(arm, lam, ms, sparsity):
+            return {{"arm": arm, "lambda": lam, "length": length, "ms": ms,
+                     "speedup_vs_dense": dense / ms, "tile_sparsity": sparsity}}
+        rows += [row("dense", 0.0, dense, 0.0),
+                 row("skip lambda=0", 0.0, {dense} * scale * fo, 0.0),
+                 row("skip", 0.003, {skip} * scale * fo, 0.75),
+                 row("skip", 0.0, 2 * {dense} * scale * fo, 0.0),
+                 row("skip", 1e-06, 0.5 * {dense} * scale * fo, 0.1)]
+    json.dump({{"gpu": "stand-in", "results": rows}},
+              open(sys.argv[sys.argv.index("--json") + 1], "w"))
 """
+
+
+def median3(xs):
+    return sorted(xs)[1]
 
 
 class AbPrefill(unittest.TestCase):
@@ -57,7 +75,9 @@ class AbPrefill(unittest.TestCase):
         self.env = dict(os.environ, AB_LOG=str(self.log))
 
     def bench(self, name, dense, skip, fail=False):
-        return write_program(self.dir / name, FAKE_BENCH.format(dense=dense, skip=skip, fail=fail))
+        text = FAKE_BENCH.format(dense=dense, skip=skip, fail=fail, dense_f=DENSE_F,
+                                 other_f=OTHER_F)
+        return write_program(self.dir / name, text)
 
     def run_ab(self, *args):
         return subprocess.run([sys.executable, str(BENCH / "ab_prefill.py"), *args],
@@ -74,11 +94,29 @@ class AbPrefill(unittest.TestCase):
         self.assertTrue(all(c.split()[1:3] == ["--lengths", "32768"] for c in calls))
         doc = json.loads(out.read_text())
         self.assertEqual(len(doc["runs"]), 6)
-        skip = next(e for e in doc["summary"] if e["arm"] == "skip lambda=0.003")
-        self.assertAlmostEqual(skip["main"]["speedup_vs_own_dense"], 1.5)
-        self.assertAlmostEqual(skip["new"]["speedup_vs_own_dense"], 30.0 / 18.0)
+        # Longest first; per length dense, the guard, then the skip arms by lambda.
+        self.assertEqual([(e["length"], e["arm"]) for e in doc["summary"]][:5],
+                         [(32768, "dense"), (32768, "guard (skip kernel, lambda=0)"),
+                          (32768, "skip lambda=0"), (32768, "skip lambda=1e-06"),
+                          (32768, "skip lambda=0.003")])
+        self.assertEqual(len(doc["summary"]), 10)
+        cell = {(e["length"], e["arm"]): e for e in doc["summary"]}
+        dense = cell[(32768, "dense")]
+        self.assertAlmostEqual(dense["main"]["ms"], 30.0 * median3(DENSE_F))
+        # The guard and the skip arm at lambda 0 are separate arms, not one median of both.
+        self.assertAlmostEqual(cell[(32768, "guard (skip kernel, lambda=0)")]["main"]["ms"],
+                               30.0 * median3(OTHER_F))
+        self.assertAlmostEqual(cell[(32768, "skip lambda=0")]["main"]["ms"],
+                               60.0 * median3(OTHER_F))
+        skip = cell[(32768, "skip lambda=0.003")]
+        self.assertAlmostEqual(skip["new"]["ms"], 18.0 * median3(OTHER_F))
         self.assertAlmostEqual(skip["new"]["time_vs_main"], 0.9)
         self.assertAlmostEqual(skip["new"]["tile_sparsity"], 0.75)
+        # Skip over the same process's dense arm, the median over processes.
+        self.assertAlmostEqual(skip["main"]["speedup_vs_own_dense"],
+                               median3([30.0 * d / (20.0 * o) for d, o in zip(DENSE_F, OTHER_F)]))
+        self.assertAlmostEqual(cell[(8192, "skip lambda=0.003")]["main"]["ms"],
+                               20.0 / 16 * median3(OTHER_F))
 
     def test_a_failing_variant_stops_it_and_writes_nothing(self):
         a, b = self.bench("a", 30.0, 20.0), self.bench("b", 30.0, 18.0, fail=True)
@@ -95,7 +133,9 @@ class AbPrefill(unittest.TestCase):
         for args in (["--variant", f"main={a}"],
                      ["--variant", f"main={a}", "--variant", f"main={a}"],
                      ["--variant", f"main={a}", "--variant", f"new={self.dir / 'missing'}"],
-                     ["--variant", f"main={a}", "--variant", "no-equals-sign"]):
+                     ["--variant", f"main={a}", "--variant", "no-equals-sign"],
+                     ["--variant", f"main={a}", "--variant", f"new={self.dir}"],
+                     ["--variant", f"main={a}", "--variant", f"x/y={a}"]):
             done = self.run_ab(*args, "--json", out)
             self.assertEqual(done.returncode, 2, args)
             self.assertIn("--variant", done.stderr)
