@@ -4,7 +4,7 @@
 # nvidia-cutlass 4.2.0.0 (CUTLASS v4.2.0), which carries include/, tools/util/include/ and the
 # examples; the flags are those of CUTLASS's own CMake build of the example.
 #   scripts/build-cutlass-fmha.sh [OUT_DIR]    (default .gpubin/cutlass under the repository;
-#                                              about 6 min on 2 cores)
+#                                              4-6 min on 2 cores)
 # Leaves OUT_DIR/88_hopper_fmha, which bench/compare_sdpa.py --cutlass-fmha runs (through
 # bench/cutlass_peer.py). To run it on a machine without network, carry OUT_DIR there.
 set -euo pipefail
