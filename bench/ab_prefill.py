@@ -29,26 +29,19 @@ def parse_variant(text):
 
 
 def arm_key(row):
-    """(length, arm label) of one result row of the bench's JSON. The bench names its arms
-    "dense", "skip lambda=0" (the skip kernel's guard) and "skip" (one per --lambdas value, which
-    may be 0 as well)."""
+    """The summary's key of one result row of the bench's JSON, (length, rank, lambda, label),
+    which sorts as the table prints: per length dense, the guard, then the skip arms by lambda.
+    The bench names its arms "dense", "skip lambda=0" (the skip kernel's guard) and "skip" (one
+    per --lambdas value, which may be 0 as well)."""
     if row["arm"] == "skip":
-        return row["length"], f"skip lambda={row['lambda']:g}"
+        return row["length"], 2, row["lambda"], f"skip lambda={row['lambda']:g}"
     if row["arm"] == "skip lambda=0":
-        return row["length"], "guard (skip kernel, lambda=0)"
-    return row["length"], row["arm"]
-
-
-def arm_order(key):
-    """Longest length first; per length dense, the guard, then the skip arms by lambda."""
-    length, label = key
-    if label.startswith("skip lambda="):
-        return -length, 2, float(label.split("=", 1)[1])
-    return -length, 0 if label == "dense" else 1, 0.0
+        return row["length"], 1, 0.0, "guard (skip kernel, lambda=0)"
+    return row["length"], 0, 0.0, row["arm"]
 
 
 def summarize(runs, names):
-    """{(length, arm): {variant: (median ms, median skip-over-dense, median sparsity)}}."""
+    """{arm_key: {variant: (median ms, median skip-over-dense, median sparsity)}}."""
     table = {}
     for name in names:
         per_arm = {}
@@ -64,7 +57,8 @@ def summarize(runs, names):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variant", type=parse_variant, action="append", required=True,
                    help="NAME=PATH of a skipsoftmax_prefill_bench binary (two or more)")
     p.add_argument("--reps", type=int, default=3, help="processes per variant")
@@ -112,7 +106,7 @@ def main():
         f"{n + ' ms':>12} {n + ' x dense':>12}" + (f" {n + '/' + base:>10}" if n != base else "")
         for n in names))
     summary = []
-    for (length, arm), cells in sorted(table.items(), key=lambda kv: arm_order(kv[0])):
+    for (length, _, _, arm), cells in sorted(table.items(), key=lambda kv: (-kv[0][0], kv[0][1:])):
         line = f"{length:>7} {arm:<30} "
         entry = {"length": length, "arm": arm}
         for n in names:

@@ -7,15 +7,10 @@ def quartiles(xs):
     numpy's default does; a single value is its own quartiles."""
     if not xs:
         raise ValueError("quartiles of no values")
-    s = sorted(xs)
-
-    def at(q):
-        pos = q * (len(s) - 1)
-        lo = int(pos)
-        hi = min(lo + 1, len(s) - 1)
-        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-    return at(0.25), statistics.median(s), at(0.75)
+    if len(xs) == 1:
+        return xs[0], xs[0], xs[0]
+    q1, median, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return q1, median, q3
 
 
 def paired_speedups(base_ms, arm_ms):

@@ -32,17 +32,18 @@ bench() { timeout -s KILL 150 "$b/skipsoftmax_prefill_bench" "$@"; }
 bench --lengths 4096 8192 16384 32768 65536 \
   --lambdas 1e-6 1e-4 3e-4 1e-3 2e-3 3e-3 5e-3 1e-2 3e-2 0.1 0.3 \
   --json "$out/bench_bf16_causal.json" | tail -n 4
-PYTHONUNBUFFERED=1 timeout -s KILL 200 python3 bench/compare_sdpa.py --lib "$b/libskipsoftmax_capi.so" \
-  --lengths 4096 8192 16384 32768 65536 --lambdas 1e-3 3e-3 --git-revision "$rev" \
-  --json "$out/compare_sdpa.json" | tail -n 12
+compare() {
+  PYTHONUNBUFFERED=1 timeout -s KILL 200 python3 bench/compare_sdpa.py \
+    --lib "$b/libskipsoftmax_capi.so" --git-revision "$rev" "$@" | tail -n 12
+}
+compare --lengths 4096 8192 16384 32768 65536 --lambdas 1e-3 3e-3 --json "$out/compare_sdpa.json"
 cutlass=${CUTLASS_FMHA:-.gpubin/cutlass/88_hopper_fmha}
 if [[ -x $cutlass ]]; then
-  PYTHONUNBUFFERED=1 timeout -s KILL 200 python3 bench/compare_sdpa.py --lib "$b/libskipsoftmax_capi.so" \
-    --dtype fp16 --heads-kv 32 --lengths 8192 32768 --lambdas 3e-3 --cutlass-fmha "$cutlass" \
-    --git-revision "$rev" \
-    --json "$out/compare_sdpa_fp16_cutlass.json" | tail -n 12
+  compare --dtype fp16 --heads-kv 32 --lengths 8192 32768 --lambdas 3e-3 --cutlass-fmha "$cutlass" \
+    --json "$out/compare_sdpa_fp16_cutlass.json"
 else
-  echo "CUTLASS's 88_hopper_fmha: not at $cutlass (scripts/build-cutlass-fmha.sh builds it); not timed"
+  echo "CUTLASS's 88_hopper_fmha: not at $cutlass (scripts/build-cutlass-fmha.sh builds it);" \
+       "not timed"
 fi
 
 for order in forward reverse sink-reverse; do
