@@ -56,6 +56,12 @@ struct TileConfig {
   // 64 (then with two warpgroups) it gained nothing at 54-75% and cost 2-4% below; head dim 256
   // waits before the softmax, and head dim 64's loop of three warpgroups holds one score tile.
   static constexpr bool kKeptSoftmaxOverlap = kHeadDim == 128;
+  // Whether the mask compares 8 j + e (an immediate) with its bounds less 2 (lane % 4) rather than
+  // each column index (a register) with the bounds. Measured on the H200 (docs/PERFORMANCE.md, runs
+  // 131-132): at head dim 64 its kernels stop spilling (56-140 bytes before) and dense runs 4% and
+  // the guard 6-7% faster; at head dim 128 ptxas reorders the guard's softmax and the guard runs
+  // 1.8% slower, so head dims 128 and 256 keep the column in a register.
+  static constexpr bool kMaskImmediates = kHeadDim == 64;
   static constexpr int kBoxCols = 64;  // 16-bit elements per 128-byte swizzled row
   static constexpr int kDBoxes = kHeadDim / kBoxCols;
   static constexpr std::uint32_t kKvTileBytes = kBlockN * kHeadDim * 2;  // one K or V tile
@@ -395,14 +401,18 @@ struct Consumer {
       const int limit = min(last_key, w.kv_len - 1) - tile * kN;  // last visible column
       // First visible column under a sliding window (causal only).
       const int first = kCausal && p.window > 0 ? last_key - p.window + 1 - tile * kN : 0;
+      // Column 8 j + 2 (lane % 4) + e; with kMaskImmediates the 2 (lane % 4) moves to the bounds.
+      const int lane_col = 2 * (lane % 4);
+      const int hi = Cfg::kMaskImmediates ? limit - lane_col : limit;
+      const int lo = Cfg::kMaskImmediates ? first - lane_col : first;
       float r = kNegInf;
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = sc[4 * j + 2 * i + e];
-          const int col = 8 * j + 2 * (lane % 4) + e;
-          if (kMasked && (col > limit || col < first)) x = kNegInf;
+          const int col = 8 * j + e + (Cfg::kMaskImmediates ? 0 : lane_col);
+          if (kMasked && (col > hi || col < lo)) x = kNegInf;
           r = fmaxf(r, x);
         }
       }
