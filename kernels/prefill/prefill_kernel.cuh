@@ -58,7 +58,7 @@ struct TileConfig {
   static constexpr bool kKeptSoftmaxOverlap = kHeadDim == 128;
   // Whether the mask compares 8 j + e (an immediate) with its bounds less 2 (lane % 4) rather than
   // each column index (a register) with the bounds. Measured on the H200 (docs/PERFORMANCE.md, runs
-  // 131-132): at head dim 64 its kernels stop spilling (56-140 bytes before) and dense runs 4% and
+  // 131-132): at head dim 64 its kernels stop spilling (44-140 bytes before) and dense runs 4% and
   // the guard 6-7% faster; at head dim 128 ptxas reorders the guard's softmax and the guard runs
   // 1.8% slower, so head dims 128 and 256 keep the column in a register.
   static constexpr bool kMaskImmediates = kHeadDim == 64;
