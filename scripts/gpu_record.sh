@@ -14,16 +14,24 @@
 #   decode_sdpa.json       paged decode against cuDNN and FlashAttention-2 and a device copy, batch
 #                          1-64, 4k-128k (decode_sdpa.py's defaults: every decode row of the README)
 # Usage: scripts/gpu_record.sh BUILD_DIR
+# The tool links ICU (libicuuc.so.72), which the device machine lacks: pack it beside the build
+# once on the development machine, and the tool's GPU test finds it there:
+#   tar -C /usr/lib/x86_64-linux-gnu -cJf BUILD_DIR/icu.tar.xz libicuuc.so.72 libicuuc.so.72.1 \
+#     libicudata.so.72 libicudata.so.72.1
 # The whole run takes about 15-25 minutes; the device tool's calls (10 minutes at most) run its
 # parts one by one.
 set -uo pipefail
 b=$(realpath "${1:-build-gpu}")
 out=$(realpath "${OUT:?}")
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 rev=$(cat "$b/git_revision")
 work=$(mktemp -d)
 
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
+if [[ -f $b/icu.tar.xz ]]; then
+  mkdir -p "$work/icu" && tar -C "$work/icu" -xJf "$b/icu.tar.xz"
+  export LD_LIBRARY_PATH="$work/icu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv
 timeout -s KILL 240 "$b/tests/skipsoftmax_gpu_tests" > "$out/gpu_tests.log" 2>&1
 echo "gpu tests: exit $? ($(grep -E '^\[  (PASSED|FAILED) ' "$out/gpu_tests.log" | tr '\n' ' '))"
 grep -E "skip decisions" "$out/gpu_tests.log"
