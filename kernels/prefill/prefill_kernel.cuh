@@ -62,6 +62,12 @@ struct TileConfig {
   // the guard 6-7% faster; at head dim 128 ptxas reorders the guard's softmax and the guard runs
   // 1.8% slower, so head dims 128 and 256 keep the column in a register.
   static constexpr bool kMaskImmediates = kHeadDim == 64;
+  // Whether the voting loop votes on each thread's own row maxima (its quarter of each row) and
+  // runs the quad's shuffles only for a kept tile's softmax: the same verdicts, fewer steps before
+  // each one. Measured on the H200 (docs/PERFORMANCE.md, runs 142-143): at head dim 128 skip calls
+  // 0.7-0.9% faster at 73% of the tiles skipped and 1.3-1.7% at 92% (0.5% slower at 48%); at head
+  // dim 64, whose loop holds one score tile, 1-3.6% slower.
+  static constexpr bool kVoteOwnColumns = kHeadDim == 128;
   static constexpr int kBoxCols = 64;  // 16-bit elements per 128-byte swizzled row
   static constexpr int kDBoxes = kHeadDim / kBoxCols;
   static constexpr std::uint32_t kKvTileBytes = kBlockN * kHeadDim * 2;  // one K or V tile
@@ -387,10 +393,11 @@ struct Consumer {
   // Does any element of this tile need masking for this warpgroup?
   __device__ bool tile_needs_mask(int tile) const { return tile < clear_lo || tile >= clear_hi; }
 
-  // Masks S (raw scores) where needed and returns this thread's two raw row maxima. The softmax
+  // Masks S (raw scores) where needed and returns this thread's two raw row maxima (kQuad: of the
+  // whole rows, over the quad of threads sharing them; else of this thread's columns). The softmax
   // scale is folded into the exponent later (one FFMA per score). kMasked is a template argument:
   // as a runtime flag every tile ran the mask's compares (about a third more instructions a tile).
-  template <bool kMasked>
+  template <bool kMasked, bool kQuad = true>
   __device__ void mask_and_max(float (&sc)[kN / 2], int tile, float (&mx)[2]) const {
     const int lane = tid % 32;
 #pragma unroll
@@ -416,10 +423,14 @@ struct Consumer {
           r = fmaxf(r, x);
         }
       }
-      r = fmaxf(r, __shfl_xor_sync(0xffffffff, r, 1));
-      r = fmaxf(r, __shfl_xor_sync(0xffffffff, r, 2));
+      if constexpr (kQuad) r = quad_max(r);
       mx[i] = r;
     }
+  }
+
+  __device__ static float quad_max(float r) {
+    r = fmaxf(r, __shfl_xor_sync(0xffffffff, r, 1));
+    return fmaxf(r, __shfl_xor_sync(0xffffffff, r, 2));
   }
 
   __device__ void row_max(float (&sc)[kN / 2], int tile, float (&mx)[2]) const {
@@ -716,11 +727,25 @@ struct Consumer {
     release(&s.empty_k[pos % Cfg::kStagesK]);
   }
 
-  // The vote on the tile at position `pos`, whose raw scores are in sc; leaves its row maxima in
-  // mx and publishes the verdict for the V thread (the slot is free: see produce_k).
+  // The vote on the tile at position `pos`, whose raw scores are in sc; leaves the row maxima of a
+  // kept tile in mx and publishes the verdict for the V thread (the slot is free: see produce_k).
+  // With kVoteOwnColumns each thread votes on the maxima of its own columns: a row votes skip when
+  // its maximum lies below the bound, which holds exactly when it does for every quarter of the
+  // row (the rule is monotone in the maximum), so the warpgroup's verdict is the same, and only a
+  // kept tile pays for the quad's shuffles, which its softmax needs.
   __device__ __forceinline__ bool vote(float (&sc)[kN / 2], int pos, float (&mx)[2]) {
-    row_max(sc, w.tile_at(pos), mx);
+    constexpr bool kQuad = !Cfg::kVoteOwnColumns;
+    const int tile = w.tile_at(pos);
+    if (tile_needs_mask(tile)) {
+      mask_and_max<true, kQuad>(sc, tile, mx);
+    } else {
+      mask_and_max<false, kQuad>(sc, tile, mx);
+    }
     const bool skip = vote_skip(mx);
+    if (!kQuad && !skip) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) mx[i] = quad_max(mx[i]);
+    }
     if (tid == 0) {
       const int slot = pos % Cfg::kPositionRing;
       s.verdict[slot][wg] = skip;
