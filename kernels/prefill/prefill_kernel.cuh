@@ -433,11 +433,12 @@ struct Consumer {
     return fmaxf(r, __shfl_xor_sync(0xffffffff, r, 2));
   }
 
+  template <bool kQuad = true>
   __device__ void row_max(float (&sc)[kN / 2], int tile, float (&mx)[2]) const {
     if (tile_needs_mask(tile)) {
-      mask_and_max<true>(sc, tile, mx);
+      mask_and_max<true, kQuad>(sc, tile, mx);
     } else {
-      mask_and_max<false>(sc, tile, mx);
+      mask_and_max<false, kQuad>(sc, tile, mx);
     }
   }
 
@@ -735,12 +736,7 @@ struct Consumer {
   // kept tile pays for the quad's shuffles, which its softmax needs.
   __device__ __forceinline__ bool vote(float (&sc)[kN / 2], int pos, float (&mx)[2]) {
     constexpr bool kQuad = !Cfg::kVoteOwnColumns;
-    const int tile = w.tile_at(pos);
-    if (tile_needs_mask(tile)) {
-      mask_and_max<true, kQuad>(sc, tile, mx);
-    } else {
-      mask_and_max<false, kQuad>(sc, tile, mx);
-    }
+    row_max<kQuad>(sc, w.tile_at(pos), mx);
     const bool skip = vote_skip(mx);
     if (!kQuad && !skip) {
 #pragma unroll
