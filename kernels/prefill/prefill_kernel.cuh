@@ -64,10 +64,11 @@ struct TileConfig {
   static constexpr bool kMaskImmediates = kHeadDim == 64;
   // Whether the voting loop votes on each thread's own row maxima (its quarter of each row) and
   // runs the quad's shuffles only for a kept tile's softmax: the same verdicts, fewer steps before
-  // each one. Measured on the H200 (docs/PERFORMANCE.md, runs 142-143): at head dim 128 skip calls
-  // 0.7-0.9% faster at 73% of the tiles skipped and 1.3-1.7% at 92% (0.5% slower at 48%); at head
-  // dim 64, whose loop holds one score tile, 1-3.6% slower.
-  static constexpr bool kVoteOwnColumns = kHeadDim == 128;
+  // each one. Measured on the H200 (docs/PERFORMANCE.md, runs 142-143 and 145): at head dim 128
+  // skip calls 0.7-0.9% faster at 73% of the tiles skipped and 1.3-1.7% at 92% (0.5% slower at
+  // 48%); at head dim 256, whose 64-key tiles give each thread 16 scores a row, 8% faster at 76%
+  // and 12-13% at 94-99%; at head dim 64, whose loop holds one score tile, 1-3.6% slower.
+  static constexpr bool kVoteOwnColumns = kHeadDim >= 128;
   static constexpr int kBoxCols = 64;  // 16-bit elements per 128-byte swizzled row
   static constexpr int kDBoxes = kHeadDim / kBoxCols;
   static constexpr std::uint32_t kKvTileBytes = kBlockN * kHeadDim * 2;  // one K or V tile
