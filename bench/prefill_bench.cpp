@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.h"
 #include "file_io.h"
 #include "skipsoftmax_git_revision.h"
 #include "skipsoftmax/prefill.h"
@@ -49,45 +50,6 @@ struct Inputs {
   std::int32_t* cu;
   unsigned long long* stats;
 };
-
-// Times every arm round-robin: `rounds` rounds, each timing `iters` launches of every arm one
-// after the other, so that clock and thermal drift fall on all arms alike; odd rounds take the
-// arms in reverse order, so that no arm always follows the same one (the SM clock after a
-// low-power arm favoured the arm after it: the guard measured 0.972x of dense at 8k with five
-// launches an arm in forward order, 1.001x one launch at a time, run 80). Returns per arm the
-// median of its rounds x iters event-timed launches, in milliseconds.
-std::vector<double> interleaved_median_ms(const Options& o,
-                                          const std::vector<std::function<void()>>& arms) {
-  for (const auto& launch : arms) {
-    for (int i = 0; i < o.warmup; ++i) launch();
-  }
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "event");
-  check(cudaEventCreate(&b), "event");
-  std::vector<std::vector<float>> times(arms.size());
-  for (int r = 0; r < o.rounds; ++r) {
-    for (std::size_t j = 0; j < arms.size(); ++j) {
-      const std::size_t k = r % 2 == 0 ? j : arms.size() - 1 - j;
-      for (int i = 0; i < o.iters; ++i) {
-        check(cudaEventRecord(a), "record");
-        arms[k]();
-        check(cudaEventRecord(b), "record");
-        check(cudaEventSynchronize(b), "sync");
-        float ms = 0;
-        check(cudaEventElapsedTime(&ms, a, b), "elapsed");
-        times[k].push_back(ms);
-      }
-    }
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::vector<double> medians;
-  for (auto& t : times) {
-    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-    medians.push_back(t[t.size() / 2]);
-  }
-  return medians;
-}
 
 std::string gpu_name() {
   cudaDeviceProp prop{};
@@ -190,7 +152,7 @@ nlohmann::json run_length(const Options& o, int len, std::FILE* table) {
     arm(KernelChoice::kSkip, Threshold::flat(lambda), nullptr);
     arm(KernelChoice::kSkip, Threshold::flat(lambda), in.stats);
   }
-  const std::vector<double> ms = interleaved_median_ms(o, arms);
+  const std::vector<double> ms = bench::interleaved_median_ms(arms, o.warmup, o.rounds, o.iters);
   const double dense_ms = ms[0];
   record("dense", 0, dense_ms, 0, dense_ms);
   record("skip lambda=0", 0, ms[1], 0, dense_ms);
