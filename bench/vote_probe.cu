@@ -61,8 +61,10 @@ __device__ __forceinline__ void wgmma_s8(int (&d)[64], std::uint64_t a, std::uin
 }
 
 // kInt8: int8 Q and K (128-byte rows, one column block) or bf16 (256-byte rows, two blocks of 64).
-// kVoters: voting warpgroups; with one, it takes both 64-row halves of the CTA, one after the
-// other (kPipelined false: 64 accumulators) or both in flight (128 accumulators).
+// kVoters: voting warpgroups. With one, it takes both 64-row halves of the CTA, one after the
+// other (kPipelined false: 64 accumulators) or both in flight (128 accumulators). With two, each
+// takes one half, and kPipelined issues a tile's product before the previous tile's maxima are
+// reduced (two accumulator sets), as the voting loop keeps two score tiles in flight.
 template <bool kInt8, int kVoters, bool kPipelined>
 struct Probe {
   static constexpr int kElemBytes = kInt8 ? 1 : 2;
@@ -70,8 +72,6 @@ struct Probe {
   static constexpr int kSteps = kInt8 ? 4 : 8;            // k steps of 32 bytes over a row
   static constexpr int kTileBytes = kKeys * kHeadDim * kElemBytes;
   static constexpr int kThreads = 128 * (1 + kVoters);
-  static constexpr int kHalvesPerVoter = 2 / kVoters;
-  static_assert(!kPipelined || kVoters == 1, "pipelined halves: one voter");
 
   struct alignas(1024) Smem {
     unsigned char q[kRows * kHeadDim * kElemBytes];  // [block][row][128 bytes], swizzled
@@ -95,6 +95,19 @@ struct Probe {
     return (((kk * 32) / 128) * rows * 128 + (kk * 32) % 128) >> 4;
   }
 
+  // The accumulators may not be read or written across this point (around issue and waits).
+  template <typename Acc>
+  __device__ static void pin(Acc (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      if constexpr (kInt8) {
+        asm volatile("" : "+r"(d[i])::"memory");
+      } else {
+        asm volatile("" : "+f"(d[i])::"memory");
+      }
+    }
+  }
+
   template <typename Acc>
   __device__ static void issue(Acc (&d)[64], const Smem& s, int half, int stage) {
     const std::uint64_t dq = hopper::make_smem_desc(s.q + half * 64 * 128, 16, 1024);
@@ -109,6 +122,7 @@ struct Probe {
       }
     }
     hopper::wgmma_commit();
+    pin(d);
   }
 
   // This thread's two rows against the threshold, on its own columns (the rule is monotone in
@@ -146,6 +160,7 @@ struct Probe {
 
   __device__ static void voter(const Params& p, Smem& s, int v, int head, int n_tiles) {
     using Acc = std::conditional_t<kInt8, int, float>;
+    constexpr int kHalvesPerVoter = 2 / kVoters;
     const int tid = threadIdx.x % 128;
     const int kv_head = head / p.group;
     float m[kHalvesPerVoter][2];
@@ -160,13 +175,15 @@ struct Probe {
       // The first CTA's first tile is recorded for the host's check of the products.
       const bool first = t == 0 && head == 0 && blockIdx.x + 1 == gridDim.x;
       const auto record = [&](int half) { return first ? p.first_max + half * 64 * 4 : nullptr; };
-      if constexpr (kPipelined) {
+      if constexpr (kPipelined && kVoters == 1) {
         Acc d0[64], d1[64];
         issue(d0, s, 0, stage);
         issue(d1, s, 1, stage);
         hopper::wgmma_wait<1>();
+        pin(d0);
         skip &= row_votes(d0, bound, m[0], p.threshold, record(0));
         hopper::wgmma_wait<0>();
+        pin(d1);
         skip &= row_votes(d1, bound, m[1], p.threshold, record(1));
       } else {
 #pragma unroll
@@ -175,11 +192,56 @@ struct Probe {
           const int half = v * kHalvesPerVoter + h;
           issue(d, s, half, stage);
           hopper::wgmma_wait<0>();
+          pin(d);
           skip &= row_votes(d, bound, m[h], p.threshold, record(half));
         }
       }
       if (tid % 32 == 0) hopper::mbar_arrive(&s.empty[stage]);
       skipped += hopper::named_barrier_and(1 + v, 128, skip);
+    }
+    if (tid == 0) atomicAdd(p.skipped, skipped);
+  }
+
+  // Two voters, one half each, with tile t + 1's product in flight while tile t's maxima are
+  // reduced and voted on.
+  __device__ static void voter_ahead(const Params& p, Smem& s, int v, int head, int n_tiles) {
+    using Acc = std::conditional_t<kInt8, int, float>;
+    const int tid = threadIdx.x % 128;
+    const int kv_head = head / p.group;
+    float m[2] = {0.f, 0.f};
+    unsigned skipped = 0;
+    Acc d0[64], d1[64];
+    const auto start = [&](Acc (&d)[64], int t) {
+      hopper::mbar_wait(&s.full[t % kStages], (t / kStages) & 1);
+      issue(d, s, v, t % kStages);
+    };
+    // Waits until at most kPending products are in flight, then votes on tile t from d.
+    const auto finish = [&]<int kPending>(Acc (&d)[64], int t) {
+      hopper::wgmma_wait<kPending>();
+      pin(d);
+      const float2 bound = kInt8 ? __ldg(&p.bound[kv_head * p.tiles + t]) : make_float2(0.f, 0.f);
+      const bool first = t == 0 && head == 0 && blockIdx.x + 1 == gridDim.x;
+      const bool skip =
+          row_votes(d, bound, m, p.threshold, first ? p.first_max + v * 64 * 4 : nullptr);
+      if (tid % 32 == 0) hopper::mbar_arrive(&s.empty[t % kStages]);
+      skipped += hopper::named_barrier_and(1 + v, 128, skip);
+    };
+    hopper::mbar_wait(&s.full_q, 0);
+    start(d0, 0);
+    int t = 0;
+    for (; t + 2 < n_tiles; t += 2) {
+      start(d1, t + 1);
+      finish.template operator()<1>(d0, t);
+      start(d0, t + 2);
+      finish.template operator()<1>(d1, t + 1);
+    }
+    // One or two tiles left, the first of them in flight in d0.
+    if (t + 1 < n_tiles) {
+      start(d1, t + 1);
+      finish.template operator()<1>(d0, t);
+      finish.template operator()<0>(d1, t + 1);
+    } else {
+      finish.template operator()<0>(d0, t);
     }
     if (tid == 0) atomicAdd(p.skipped, skipped);
   }
@@ -217,7 +279,11 @@ struct Probe {
       }
       return;
     }
-    voter(p, s, threadIdx.x / 128 - 1, head, n_tiles);
+    if constexpr (kPipelined && kVoters == 2) {
+      voter_ahead(p, s, threadIdx.x / 128 - 1, head, n_tiles);
+    } else {
+      voter(p, s, threadIdx.x / 128 - 1, head, n_tiles);
+    }
   }
 };
 
@@ -392,17 +458,20 @@ nlohmann::json run(const Options& o) {
   unsigned long long visited_skipped[2];
   check(cudaMemcpy(visited_skipped, stats, 16, cudaMemcpyDeviceToHost), "stats");
 
-  const std::vector<std::string> names = {"dense",         "skip",          "int8 1 voter",
-                                          "int8 1 voter, halves pipelined", "int8 2 voters",
-                                          "bf16 1 voter",  "bf16 2 voters"};
+  const std::vector<std::string> names = {
+      "dense",         "skip",          "int8 1 voter",  "int8 1 voter, halves pipelined",
+      "int8 2 voters", "int8 2 voters, next tile in flight", "bf16 1 voter", "bf16 2 voters",
+      "bf16 2 voters, next tile in flight"};
   const std::vector<std::function<void()>> arms = {
       [&] { run_prefill(a, nullptr, nullptr); },
       [&] { run_prefill(skip, nullptr, nullptr); },
       probe_arm<true, 1, false>(q8, k8, bound, skipped, first_max, o),
       probe_arm<true, 1, true>(q8, k8, bound, skipped, first_max, o),
       probe_arm<true, 2, false>(q8, k8, bound, skipped, first_max, o),
+      probe_arm<true, 2, true>(q8, k8, bound, skipped, first_max, o),
       probe_arm<false, 1, false>(q16, k16, bound, skipped, first_max, o),
-      probe_arm<false, 2, false>(q16, k16, bound, skipped, first_max, o)};
+      probe_arm<false, 2, false>(q16, k16, bound, skipped, first_max, o),
+      probe_arm<false, 2, true>(q16, k16, bound, skipped, first_max, o)};
   for (std::size_t i = 2; i < arms.size(); ++i) {
     const bool int8 = names[i].rfind("int8", 0) == 0;
     check_products(names[i], arms[i], int8, int8 ? q8 : q16, int8 ? k8 : k16, first_max, o);

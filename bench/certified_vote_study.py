@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""How many skip decisions a cheap, certified vote takes on the benchmark's inputs. No GPU needed.
+
+The vote skips a tile when every row's maximum score lies below m_run + ln(lambda). A certified
+pre-filter computes the scores from 8-bit copies of Q and K with a rigorous bound on their error,
+and skips a tile only where the bound proves the exact rule would: max(S8 + E) < m_run + ln(lambda)
+for every row. Every other tile goes to the exact (16-bit) vote, so the decisions are the exact
+rule's and the bound on each skipped weight holds. This counts, per (64-row slice, KV tile) in the
+kernels' sink-reverse order and tile shape, the tiles the 8-bit vote settles.
+
+The bound: with q8, k8 the 8-bit copies (dequantized), q.k - q8.k8 = q8.(k - k8) + (q - q8).k, so
+|S - S8| <= |q8| |k - k8| + |q - q8| |k| (Cauchy-Schwarz). Per tile it takes the largest residual
+and key norms of the tile's keys (two numbers a tile, as a kernel would read them), times the
+softmax scale. Integer products accumulate exactly in int32; the check adds a 1e-4 relative slack
+for the fp32 rescaling. Quantizers: int8 with one scale per query row and one per K tile, optionally
+after balancing the channels (K's channel i multiplied and Q's divided by max |Q_i| over the
+sequence: an attention sink's channel otherwise sets every row's int8 step), and e4m3 (3 mantissa
+bits) with power-of-two scales.
+
+Inputs: the real-structure recipe of the benchmarks (decode_balance_model.structured), rounded to
+bf16, one query head. Writes JSON with --json.
+
+  python3 bench/certified_vote_study.py --length 8192 --head-dim 128 --lambdas 1e-3 3e-3 1e-2
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from decode_balance_model import structured
+
+
+def bf16(x):
+    """Round to bfloat16 (nearest even), returned as float64."""
+    b = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    b = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
+    return b.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def int8_copy(x, maxabs):
+    s = 127.0 / np.maximum(maxabs, 1e-30)
+    return np.clip(np.round(x * s), -127, 127) / s
+
+
+def e4m3_copy(x, maxabs):
+    """e4m3 (max 448, 3 mantissa bits, subnormal step 2^-9) after a power-of-two scale."""
+    s = 2.0 ** np.floor(np.log2(448.0 / np.maximum(maxabs, 1e-30)))
+    a = np.abs(x * s)
+    e = np.maximum(np.floor(np.log2(np.maximum(a, 1e-300))), -6)
+    step = 2.0 ** (e - 3)
+    return np.sign(x) * np.round(a / step) * step / s
+
+
+def quantize(q, k, kind, balance, block_n):
+    """8-bit copies of q (per row) and k (per tile of block_n keys), in the balanced space."""
+    c = np.abs(q).max(0) if balance else np.ones(q.shape[1])
+    c = np.where(c > 0, c, 1.0)
+    qs, ks = q / c, k * c
+    copy = int8_copy if kind == "int8" else e4m3_copy
+    q8 = copy(qs, np.abs(qs).max(1, keepdims=True))
+    k8 = np.empty_like(ks)
+    for t in range(0, len(ks), block_n):
+        sl = slice(t, t + block_n)
+        k8[sl] = copy(ks[sl], np.abs(ks[sl]).max())
+    return qs, ks, q8, k8
+
+
+def count(q, k, lam, rows, block_n, kind, balance):
+    """Visited tiles, exactly skipped, and skipped by the certified 8-bit vote."""
+    L, d = k.shape
+    scale, gap = 1 / math.sqrt(d), math.log(lam)
+    qs, ks, q8, k8 = quantize(q, k, kind, balance, block_n)
+    q8_norm, q_res = np.linalg.norm(q8, axis=1), np.linalg.norm(qs - q8, axis=1)
+    k_norm, k_res = np.linalg.norm(ks, axis=1), np.linalg.norm(ks - k8, axis=1)
+    visited = skipped = certain = 0
+    for r0 in rows:
+        r1 = min(L, r0 + 64)
+        last = (r1 - 1) // block_n
+        order = [0] + list(range(last, 0, -1))  # sink-reverse: the sink, then the diagonal back
+        m = np.full(r1 - r0, -np.inf)
+        qi = np.arange(r0, r1)[:, None]
+        for t in order:
+            k0, k1 = t * block_n, min(L, t * block_n + block_n)
+            seen = np.arange(k0, k1)[None, :] <= qi
+            none = ~seen.any(1)
+            s = (q[r0:r1] @ k[k0:k1].T) * scale
+            s8 = (q8[r0:r1] @ k8[k0:k1].T) * scale
+            e = (q8_norm[r0:r1] * k_res[k0:k1].max() + q_res[r0:r1] * k_norm[k0:k1].max()) * scale
+            e = e * (1 + 1e-4) + 1e-6
+            mx = np.where(seen, s, -np.inf).max(1)
+            hi = np.where(seen, s8, -np.inf).max(1) + e
+            with np.errstate(invalid="ignore"):
+                skip = bool(np.all((mx < m + gap) | none))
+                sure = bool(np.all((hi < m + gap) | none))
+            if sure and not skip:
+                raise AssertionError(f"the bound failed: rows {r0}-{r1}, tile {t}")
+            visited += 1
+            skipped += skip
+            certain += sure
+            if not skip:
+                m = np.maximum(m, mx)
+    return visited, skipped, certain
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--length", type=int, default=8192)
+    p.add_argument("--head-dim", type=int, default=128, choices=[64, 128, 256])
+    p.add_argument("--lambdas", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
+    p.add_argument("--slices", type=int, default=48, help="64-row query slices sampled evenly")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="write the counts here")
+    args = p.parse_args()
+    if any(not 0 < x < 1 for x in args.lambdas):
+        p.error("--lambdas must lie in (0, 1)")
+    rng = np.random.default_rng(args.seed)
+    pos = np.arange(args.length)
+    q = bf16(structured(rng, pos, 1, args.head_dim, "q")[:, 0])
+    k = bf16(structured(rng, pos, 1, args.head_dim, "k")[:, 0])
+    block_n = 64 if args.head_dim == 256 else 128  # prefill_vote_tiles
+    all_rows = list(range(0, args.length, 64))
+    rows = all_rows[::max(1, len(all_rows) // args.slices)]
+    variants = [("int8", True), ("int8", False), ("e4m3", False)]
+    results = []
+    print(f"L={args.length} d={args.head_dim}, {len(rows)} slices of 64 rows, tiles of {block_n} "
+          "keys, sink-reverse; share of visited tiles")
+    for lam in args.lambdas:
+        row = {"lambda": lam}
+        line = []
+        for kind, balance in variants:
+            visited, skipped, certain = count(q, k, lam, rows, block_n, kind, balance)
+            name = kind + (" balanced" if balance else "")
+            row["visited"], row["skipped"] = visited, skipped
+            row[name] = certain
+            line.append(f"{name} {100 * certain / visited:.1f}%")
+        results.append(row)
+        print(f"  lambda {lam:g}: exact skip {100 * row['skipped'] / row['visited']:.1f}% | "
+              f"certain skip: {', '.join(line)}")
+    if args.json:
+        revision = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                                  text=True).stdout.strip()
+        doc = {"command": " ".join(sys.argv), "git_revision": revision, "gpu": None,
+               "date": datetime.date.today().isoformat(), "length": args.length,
+               "head_dim": args.head_dim, "block_n": block_n, "slices": len(rows),
+               "order": "sink-reverse", "inputs": "real-structure recipe, bf16, one head",
+               "results": results}
+        with open(args.json + ".tmp", "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+        os.replace(args.json + ".tmp", args.json)
+
+
+if __name__ == "__main__":
+    main()
