@@ -398,6 +398,9 @@ def main():
     p.add_argument("--timeline", type=int, default=0, metavar="N",
                    help="profile N calls of each of our arms and of the same-bytes copy and "
                         "read (PyTorch profiler): kernel times, gap after the flush, span")
+    p.add_argument("--same-heads", action="store_true",
+                   help="every KV head's K and its query group copies of the first: the same "
+                        "sparsity in every head (a diagnosis of the imbalance between heads)")
     p.add_argument("--json")
     args = p.parse_args()
 
@@ -444,6 +447,9 @@ def main():
         # The new tokens are the cache's last q_len: token i of each sequence at L - q_len + i.
         q = structured(torch.arange(L - lq, L, device="cuda").repeat(B), hq, d, "q", gen)
         q = q.to(dtype).view(B, lq, hq, d)
+        if args.same_heads:  # every KV head (and its query group) a copy of the first
+            k = k[:, :1].expand(-1, hkv, -1).contiguous()
+            q = q.view(B, lq, hkv, g, d)[:, :, :1].expand(-1, -1, hkv, -1, -1).reshape(B, lq, hq, d)
         # Pages: sequence b's page j holds tokens [j ps, (j + 1) ps), stored at a shuffled slot
         # (or at slot b * pages_per_seq + j).
         perm = (torch.randperm(n_pages, device="cuda", generator=gen)
@@ -642,7 +648,8 @@ def main():
                                      "rounds, and our dense time and the time of a dense call at "
                                      "90% of the copy bandwidth over it: the most any kernel "
                                      "reading those bytes could gain",
-               "page_order": args.page_order, "flush_mib": args.flush_mb,
+               "page_order": args.page_order, "same_heads": args.same_heads,
+               "flush_mib": args.flush_mb,
                "flush_mode": args.flush_mode, "warm_metadata": args.warm_metadata,
                "code_sweep": code_sweep,
                "timing": f"median of {args.iters * args.rounds} event-timed calls per arm " +
