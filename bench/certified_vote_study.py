@@ -18,9 +18,13 @@ sequence: an attention sink's channel otherwise sets every row's int8 step), and
 bits) with power-of-two scales.
 
 Inputs: the real-structure recipe of the benchmarks (decode_balance_model.structured), rounded to
-bf16, one query head. Writes JSON with --json.
+bf16, one query head; or, with --inputs, a capture of `skipsoftmax capture` (post-RoPE q and k of
+real text, its manifest.json naming the layers' files), every query head of the chosen layers,
+with each KV head's channels balanced by the largest |q| of its query group. Writes JSON with
+--json.
 
   python3 bench/certified_vote_study.py --length 8192 --head-dim 128 --lambdas 1e-3 3e-3 1e-2
+  python3 bench/certified_vote_study.py --inputs CAPTURE_DIR --layers 5 20 --lambdas 1e-3 1e-2
 """
 import argparse
 import datetime
@@ -56,9 +60,10 @@ def e4m3_copy(x, maxabs):
     return np.sign(x) * np.round(a / step) * step / s
 
 
-def quantize(q, k, kind, balance, block_n):
-    """8-bit copies of q (per row) and k (per tile of block_n keys), in the balanced space."""
-    c = np.abs(q).max(0) if balance else np.ones(q.shape[1])
+def quantize(q, k, kind, balance, block_n, q_group=None):
+    """8-bit copies of q (per row) and k (per tile of block_n keys), in the balanced space, whose
+    channel scales come from q_group (the KV head's whole query group; default q)."""
+    c = np.abs(q if q_group is None else q_group).max(0) if balance else np.ones(q.shape[1])
     c = np.where(c > 0, c, 1.0)
     qs, ks = q / c, k * c
     copy = int8_copy if kind == "int8" else e4m3_copy
@@ -70,11 +75,11 @@ def quantize(q, k, kind, balance, block_n):
     return qs, ks, q8, k8
 
 
-def count(q, k, lam, rows, block_n, kind, balance):
+def count(q, k, lam, rows, block_n, kind, balance, q_group=None):
     """Visited tiles, exactly skipped, and skipped by the certified 8-bit vote."""
     L, d = k.shape
     scale, gap = 1 / math.sqrt(d), math.log(lam)
-    qs, ks, q8, k8 = quantize(q, k, kind, balance, block_n)
+    qs, ks, q8, k8 = quantize(q, k, kind, balance, block_n, q_group)
     q8_norm, q_res = np.linalg.norm(q8, axis=1), np.linalg.norm(qs - q8, axis=1)
     k_norm, k_res = np.linalg.norm(ks, axis=1), np.linalg.norm(ks - k8, axis=1)
     visited = skipped = certain = 0
@@ -115,40 +120,69 @@ def main():
     p.add_argument("--lambdas", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
     p.add_argument("--slices", type=int, default=48, help="64-row query slices sampled evenly")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--inputs", help="a capture directory (manifest.json) instead of the recipe")
+    p.add_argument("--layers", type=int, nargs="+", help="with --inputs: layers (default all)")
     p.add_argument("--json", help="write the counts here")
+    p.add_argument("--git-revision", help="the revision to record (default: git rev-parse)")
     args = p.parse_args()
     if any(not 0 < x < 1 for x in args.lambdas):
         p.error("--lambdas must lie in (0, 1)")
-    rng = np.random.default_rng(args.seed)
-    pos = np.arange(args.length)
-    q = bf16(structured(rng, pos, 1, args.head_dim, "q")[:, 0])
-    k = bf16(structured(rng, pos, 1, args.head_dim, "k")[:, 0])
-    block_n = 64 if args.head_dim == 256 else 128  # prefill_vote_tiles
-    all_rows = list(range(0, args.length, 64))
+    # Cases: (name, q [n, d] of one query head, k [n, d] of its KV head, the KV head's query group).
+    cases = []
+    if args.inputs:
+        with open(os.path.join(args.inputs, "manifest.json")) as f:
+            manifest = json.load(f)
+        hq, hkv = manifest["heads_q"], manifest["heads_kv"]
+        files = {entry["layer"]: entry for entry in manifest["layers"]}
+        for layer in args.layers or sorted(files):
+            if layer not in files:
+                p.error(f"--layers: layer {layer} is not in {args.inputs}'s capture")
+            q_all = bf16(np.load(os.path.join(args.inputs, files[layer]["q"])).astype(np.float32))
+            k_all = bf16(np.load(os.path.join(args.inputs, files[layer]["k"])).astype(np.float32))
+            g = hq // hkv
+            for h in range(hq):
+                cases.append((f"layer {layer} head {h}", q_all[:, h], k_all[:, h // g],
+                              q_all[:, h // g * g:(h // g + 1) * g].reshape(-1, q_all.shape[2])))
+        length, head_dim = cases[0][1].shape
+        source = f"capture {args.inputs}: {manifest.get('tokens')} tokens"
+    else:
+        rng = np.random.default_rng(args.seed)
+        pos = np.arange(args.length)
+        q = bf16(structured(rng, pos, 1, args.head_dim, "q")[:, 0])
+        k = bf16(structured(rng, pos, 1, args.head_dim, "k")[:, 0])
+        cases.append(("recipe", q, k, None))
+        length, head_dim = args.length, args.head_dim
+        source = "real-structure recipe, bf16, one head"
+    block_n = 64 if head_dim == 256 else 128  # prefill_vote_tiles
+    all_rows = list(range(0, length, 64))
     rows = all_rows[::max(1, len(all_rows) // args.slices)]
     variants = [("int8", True), ("int8", False), ("e4m3", False)]
     results = []
-    print(f"L={args.length} d={args.head_dim}, {len(rows)} slices of 64 rows, tiles of {block_n} "
-          "keys, sink-reverse; share of visited tiles")
+    print(f"L={length} d={head_dim}, {len(cases)} heads, {len(rows)} slices of 64 rows each, "
+          f"tiles of {block_n} keys, sink-reverse; share of visited tiles")
     for lam in args.lambdas:
-        row = {"lambda": lam}
-        line = []
+        row = {"lambda": lam, "visited": 0, "skipped": 0}
         for kind, balance in variants:
-            visited, skipped, certain = count(q, k, lam, rows, block_n, kind, balance)
-            name = kind + (" balanced" if balance else "")
-            row["visited"], row["skipped"] = visited, skipped
-            row[name] = certain
-            line.append(f"{name} {100 * certain / visited:.1f}%")
+            row[kind + (" balanced" if balance else "")] = 0
+        for _, q, k, group in cases:
+            for kind, balance in variants:
+                visited, skipped, certain = count(q, k, lam, rows, block_n, kind, balance, group)
+                row[kind + (" balanced" if balance else "")] += certain
+            row["visited"] += visited
+            row["skipped"] += skipped
         results.append(row)
+        line = [f"{name} {100 * row[name] / row['visited']:.1f}%"
+                for name in ("int8 balanced", "int8", "e4m3")]
         print(f"  lambda {lam:g}: exact skip {100 * row['skipped'] / row['visited']:.1f}% | "
               f"certain skip: {', '.join(line)}")
     if args.json:
-        revision = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                                  text=True).stdout.strip()
+        revision = args.git_revision or subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
+            text=True).stdout.strip() or "unknown"
         doc = {"command": " ".join(sys.argv), "git_revision": revision, "gpu": None,
-               "date": datetime.date.today().isoformat(), "length": args.length,
-               "head_dim": args.head_dim, "block_n": block_n, "slices": len(rows),
-               "order": "sink-reverse", "inputs": "real-structure recipe, bf16, one head",
+               "date": datetime.date.today().isoformat(), "length": length,
+               "head_dim": head_dim, "block_n": block_n, "heads": len(cases),
+               "slices": len(rows), "order": "sink-reverse", "inputs": source,
                "results": results}
         with open(args.json + ".tmp", "w") as f:
             json.dump(doc, f, indent=2)
