@@ -75,14 +75,20 @@ def quantize(q, k, kind, balance, block_n, q_group=None):
     return qs, ks, q8, k8
 
 
-def count(q, k, lam, rows, block_n, kind, balance, q_group=None):
-    """Visited tiles, exactly skipped, and skipped by the certified 8-bit vote."""
-    L, d = k.shape
-    scale, gap = 1 / math.sqrt(d), math.log(lam)
-    qs, ks, q8, k8 = quantize(q, k, kind, balance, block_n, q_group)
-    q8_norm, q_res = np.linalg.norm(q8, axis=1), np.linalg.norm(qs - q8, axis=1)
-    k_norm, k_res = np.linalg.norm(ks, axis=1), np.linalg.norm(ks - k8, axis=1)
-    visited = skipped = certain = 0
+VARIANTS = (("int8 balanced", "int8", True), ("int8", "int8", False), ("e4m3", "e4m3", False))
+
+
+def count(q, k, lam, rows, block_n, scale, q_group=None):
+    """Visited tiles, exactly skipped, and per variant of VARIANTS skipped by its certified vote."""
+    L = len(k)
+    gap = math.log(lam)
+    copies = []
+    for _, kind, balance in VARIANTS:
+        qs, ks, q8, k8 = quantize(q, k, kind, balance, block_n, q_group)
+        copies.append((q8, k8, np.linalg.norm(q8, axis=1), np.linalg.norm(qs - q8, axis=1),
+                       np.linalg.norm(ks, axis=1), np.linalg.norm(ks - k8, axis=1)))
+    visited = skipped = 0
+    certain = [0] * len(VARIANTS)
     for r0 in rows:
         r1 = min(L, r0 + 64)
         last = (r1 - 1) // block_n
@@ -93,23 +99,54 @@ def count(q, k, lam, rows, block_n, kind, balance, q_group=None):
             k0, k1 = t * block_n, min(L, t * block_n + block_n)
             seen = np.arange(k0, k1)[None, :] <= qi
             none = ~seen.any(1)
-            s = (q[r0:r1] @ k[k0:k1].T) * scale
-            s8 = (q8[r0:r1] @ k8[k0:k1].T) * scale
-            e = (q8_norm[r0:r1] * k_res[k0:k1].max() + q_res[r0:r1] * k_norm[k0:k1].max()) * scale
-            e = e * (1 + 1e-4) + 1e-6
-            mx = np.where(seen, s, -np.inf).max(1)
-            hi = np.where(seen, s8, -np.inf).max(1) + e
+            mx = np.where(seen, (q[r0:r1] @ k[k0:k1].T) * scale, -np.inf).max(1)
             with np.errstate(invalid="ignore"):
                 skip = bool(np.all((mx < m + gap) | none))
-                sure = bool(np.all((hi < m + gap) | none))
-            if sure and not skip:
-                raise AssertionError(f"the bound failed: rows {r0}-{r1}, tile {t}")
+            for i, (q8, k8, q8_norm, q_res, k_norm, k_res) in enumerate(copies):
+                s8 = (q8[r0:r1] @ k8[k0:k1].T) * scale
+                e = (q8_norm[r0:r1] * k_res[k0:k1].max() + q_res[r0:r1] * k_norm[k0:k1].max())
+                e = e * scale * (1 + 1e-4) + 1e-6  # slack for the kernel's fp32 rescaling
+                hi = np.where(seen, s8, -np.inf).max(1) + e
+                with np.errstate(invalid="ignore"):
+                    sure = bool(np.all((hi < m + gap) | none))
+                if sure and not skip:
+                    raise AssertionError(f"the bound failed: {VARIANTS[i][0]}, rows {r0}-{r1}, "
+                                         f"tile {t}")
+                certain[i] += sure
             visited += 1
             skipped += skip
-            certain += sure
             if not skip:
                 m = np.maximum(m, mx)
     return visited, skipped, certain
+
+
+def capture_cases(p, directory, layers):
+    """(name, q, k, query group, softmax scale) per query head of the capture's chosen layers."""
+    path = os.path.join(directory, "manifest.json")
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except OSError as e:
+        p.error(f"--inputs: cannot read {path}: {e.strerror}")
+    except json.JSONDecodeError as e:
+        p.error(f"--inputs: {path} is not valid JSON: {e}")
+    hq, hkv = manifest["heads_q"], manifest["heads_kv"]
+    scale = manifest.get("softmax_scale") or 1 / math.sqrt(manifest["head_dim"])
+    entries = {entry["layer"]: entry for entry in manifest["layers"]}
+    cases = []
+    for layer in layers or sorted(entries):
+        if layer not in entries:
+            p.error(f"--layers: layer {layer} is not in {directory}'s capture")
+        if entries[layer].get("window", 0) > 0:
+            p.error(f"--layers: layer {layer} is a sliding-window layer (window "
+                    f"{entries[layer]['window']}), where skipping is not applied")
+        q_all = bf16(np.load(os.path.join(directory, entries[layer]["q"])).astype(np.float32))
+        k_all = bf16(np.load(os.path.join(directory, entries[layer]["k"])).astype(np.float32))
+        g = hq // hkv
+        for h in range(hq):
+            group = q_all[:, h // g * g:(h // g + 1) * g].reshape(-1, q_all.shape[2])
+            cases.append((f"layer {layer} head {h}", q_all[:, h], k_all[:, h // g], group, scale))
+    return cases, f"capture {directory}: {manifest.get('tokens')} tokens"
 
 
 def main():
@@ -127,52 +164,42 @@ def main():
     args = p.parse_args()
     if any(not 0 < x < 1 for x in args.lambdas):
         p.error("--lambdas must lie in (0, 1)")
-    # Cases: (name, q [n, d] of one query head, k [n, d] of its KV head, the KV head's query group).
-    cases = []
+    if args.slices < 1:
+        p.error("--slices must be >= 1")
+    if args.inputs and any(f"--{o}" in sys.argv for o in ("length", "head-dim", "seed")):
+        p.error("--length, --head-dim and --seed describe the recipe's inputs, not --inputs")
+    if args.layers and not args.inputs:
+        p.error("--layers needs --inputs")
+    # Cases: (name, q [n, d] of one query head, k [n, d] of its KV head, the KV head's query
+    # group, the softmax scale).
     if args.inputs:
-        with open(os.path.join(args.inputs, "manifest.json")) as f:
-            manifest = json.load(f)
-        hq, hkv = manifest["heads_q"], manifest["heads_kv"]
-        files = {entry["layer"]: entry for entry in manifest["layers"]}
-        for layer in args.layers or sorted(files):
-            if layer not in files:
-                p.error(f"--layers: layer {layer} is not in {args.inputs}'s capture")
-            q_all = bf16(np.load(os.path.join(args.inputs, files[layer]["q"])).astype(np.float32))
-            k_all = bf16(np.load(os.path.join(args.inputs, files[layer]["k"])).astype(np.float32))
-            g = hq // hkv
-            for h in range(hq):
-                cases.append((f"layer {layer} head {h}", q_all[:, h], k_all[:, h // g],
-                              q_all[:, h // g * g:(h // g + 1) * g].reshape(-1, q_all.shape[2])))
-        length, head_dim = cases[0][1].shape
-        source = f"capture {args.inputs}: {manifest.get('tokens')} tokens"
+        cases, source = capture_cases(p, args.inputs, args.layers)
     else:
         rng = np.random.default_rng(args.seed)
         pos = np.arange(args.length)
         q = bf16(structured(rng, pos, 1, args.head_dim, "q")[:, 0])
         k = bf16(structured(rng, pos, 1, args.head_dim, "k")[:, 0])
-        cases.append(("recipe", q, k, None))
-        length, head_dim = args.length, args.head_dim
+        cases = [("recipe", q, k, None, 1 / math.sqrt(args.head_dim))]
         source = "real-structure recipe, bf16, one head"
+    length, head_dim = cases[0][1].shape
     block_n = 64 if head_dim == 256 else 128  # prefill_vote_tiles
-    all_rows = list(range(0, length, 64))
-    rows = all_rows[::max(1, len(all_rows) // args.slices)]
-    variants = [("int8", True), ("int8", False), ("e4m3", False)]
+    n_slices = (length + 63) // 64
+    rows = sorted({64 * int(i) for i in np.linspace(0, n_slices - 1, min(args.slices, n_slices))
+                   .round()})
     results = []
     print(f"L={length} d={head_dim}, {len(cases)} heads, {len(rows)} slices of 64 rows each, "
           f"tiles of {block_n} keys, sink-reverse; share of visited tiles")
     for lam in args.lambdas:
         row = {"lambda": lam, "visited": 0, "skipped": 0}
-        for kind, balance in variants:
-            row[kind + (" balanced" if balance else "")] = 0
-        for _, q, k, group in cases:
-            for kind, balance in variants:
-                visited, skipped, certain = count(q, k, lam, rows, block_n, kind, balance, group)
-                row[kind + (" balanced" if balance else "")] += certain
+        row.update({name: 0 for name, _, _ in VARIANTS})
+        for _, q, k, group, scale in cases:
+            visited, skipped, certain = count(q, k, lam, rows, block_n, scale, group)
             row["visited"] += visited
             row["skipped"] += skipped
+            for (name, _, _), c in zip(VARIANTS, certain):
+                row[name] += c
         results.append(row)
-        line = [f"{name} {100 * row[name] / row['visited']:.1f}%"
-                for name in ("int8 balanced", "int8", "e4m3")]
+        line = [f"{name} {100 * row[name] / row['visited']:.1f}%" for name, _, _ in VARIANTS]
         print(f"  lambda {lam:g}: exact skip {100 * row['skipped'] / row['visited']:.1f}% | "
               f"certain skip: {', '.join(line)}")
     if args.json:

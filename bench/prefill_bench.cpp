@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_timing.h"
+#include "bench_util.h"
 #include "file_io.h"
 #include "skipsoftmax_git_revision.h"
 #include "skipsoftmax/prefill.h"
@@ -23,11 +23,7 @@
 namespace {
 
 using namespace skipsoftmax;
-
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
+using bench::check;
 
 struct Options {
   std::vector<int> lengths = {4096, 8192, 16384, 32768, 65536};
@@ -50,12 +46,6 @@ struct Inputs {
   std::int32_t* cu;
   unsigned long long* stats;
 };
-
-std::string gpu_name() {
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "properties");
-  return prop.name;
-}
 
 nlohmann::json run_length(const Options& o, int len, std::FILE* table) {
   const int batch = static_cast<int>(std::max<std::int64_t>(1, o.tokens / len));
@@ -194,7 +184,7 @@ int main(int argc, char** argv) {
   try {
     if (!hopper_gpu_available()) throw std::runtime_error("no Hopper GPU");
     std::printf("%s, %s, Hq=%d Hkv=%d D=%d, %s, KV order %s, median of %d interleaved\n",
-                gpu_name().c_str(), o.dtype.c_str(), o.heads_q, o.heads_kv, o.head_dim,
+                bench::device_properties().name, o.dtype.c_str(), o.heads_q, o.heads_kv, o.head_dim,
                 o.non_causal ? "non-causal" : "causal", o.order.c_str(), o.rounds * o.iters);
     std::printf("%7s %5s %-18s %9s %9s %9s %9s %9s\n", "length", "batch", "arm", "lambda", "ms",
                 "TFLOPS", "sparsity", "speedup");
@@ -206,7 +196,7 @@ int main(int argc, char** argv) {
       const nlohmann::json doc = {
           {"command", o.command},
           {"git_revision", SKIPSOFTMAX_GIT_REVISION},
-          {"gpu", gpu_name()},
+          {"gpu", bench::device_properties().name},
           {"dtype", o.dtype},
           {"heads_q", o.heads_q},
           {"heads_kv", o.heads_kv},

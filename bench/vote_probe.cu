@@ -4,7 +4,8 @@
 // diagonal is copied by TMA, multiplied by wgmma, reduced to row maxima, compared with the bound's
 // threshold and voted on by the warpgroup, as a voting loop treats a skipped tile. Each arm is
 // timed beside our dense kernel and our skip kernel at a lambda that skips nearly every tile, in
-// one process, and written to JSON (command, git revision, GPU).
+// one process and on the prefill benchmark's shape (batch = tokens / length), and written to JSON
+// (command, git revision, GPU).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -14,14 +15,15 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <type_traits>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../kernels/common/tensor_map.h"
 #include "../kernels/hopper/ptx.cuh"
-#include "bench_timing.h"
+#include "bench_util.h"
 #include "file_io.h"
 #include "skipsoftmax/prefill.h"
 #include "skipsoftmax_git_revision.h"
@@ -30,16 +32,17 @@
 namespace {
 
 using namespace skipsoftmax;
+using bench::check;
 
+// 4 K stages, one more than the prefill kernel at head dim 128: the probe has no V stages, and
+// the spare stage keeps its copies off the critical path (4 stages measured within 1% of 3 in the
+// kernel, run 155).
 constexpr int kHeadDim = 128, kRows = 128, kKeys = 128, kStages = 4;
-
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
 
 // One int8 product step: m64n128k32, s32 accumulators (64 a thread), both operands K-major in
 // shared memory; scale_d = 0 overwrites d.
-__device__ __forceinline__ void wgmma_s8(int (&d)[64], std::uint64_t a, std::uint64_t b, int scale_d) {
+__device__ __forceinline__ void wgmma_s8(int (&d)[64], std::uint64_t a, std::uint64_t b,
+                                         int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 "
@@ -60,6 +63,13 @@ __device__ __forceinline__ void wgmma_s8(int (&d)[64], std::uint64_t a, std::uin
       : "l"(a), "l"(b), "r"(scale_d));
 }
 
+// The CTA whose products the host checks: its tile `tile` (query rows 128 m_block.. of head
+// `head` in sequence `seq` against keys 128 tile..), recorded by each thread over its own columns.
+struct Recorded {
+  int seq, head, m_block, tile;
+  float* maxima;  // [128 rows][4 threads of a quad]
+};
+
 // kInt8: int8 Q and K (128-byte rows, one column block) or bf16 (256-byte rows, two blocks of 64).
 // kVoters: voting warpgroups. With one, it takes both 64-row halves of the CTA, one after the
 // other (kPipelined false: 64 accumulators) or both in flight (128 accumulators). With two, each
@@ -67,9 +77,10 @@ __device__ __forceinline__ void wgmma_s8(int (&d)[64], std::uint64_t a, std::uin
 // reduced (two accumulator sets), as the voting loop keeps two score tiles in flight.
 template <bool kInt8, int kVoters, bool kPipelined>
 struct Probe {
+  using Acc = std::conditional_t<kInt8, int, float>;
   static constexpr int kElemBytes = kInt8 ? 1 : 2;
-  static constexpr int kBlocks = kInt8 ? 1 : 2;           // 128-byte column blocks of a row
-  static constexpr int kSteps = kInt8 ? 4 : 8;            // k steps of 32 bytes over a row
+  static constexpr int kBlocks = kInt8 ? 1 : 2;  // 128-byte column blocks of a row
+  static constexpr int kSteps = kInt8 ? 4 : 8;   // k steps of 32 bytes over a row
   static constexpr int kTileBytes = kKeys * kHeadDim * kElemBytes;
   static constexpr int kThreads = 128 * (1 + kVoters);
 
@@ -82,10 +93,11 @@ struct Probe {
   struct Params {
     CUtensorMap tma_q, tma_k;
     const float2* bound;  // [heads_kv][tiles]: the tile's residual and key norms (int8 arms)
+    // Skips voted, summed over the launch: the verdicts must reach memory, or the compiler would
+    // drop the vote the probe times.
     unsigned long long* skipped;
-    float* first_max;     // [128 rows][4]: each thread's maximum over its own columns of the
-                          // first CTA's first tile (query rows 0-127 of head 0, keys 0-127)
-    int num_m_blocks, group, tiles;
+    Recorded recorded;
+    int length, num_m_blocks, group, tiles;
     float threshold;
   };
 
@@ -95,20 +107,6 @@ struct Probe {
     return (((kk * 32) / 128) * rows * 128 + (kk * 32) % 128) >> 4;
   }
 
-  // The accumulators may not be read or written across this point (around issue and waits).
-  template <typename Acc>
-  __device__ static void pin(Acc (&d)[64]) {
-#pragma unroll
-    for (int i = 0; i < 64; ++i) {
-      if constexpr (kInt8) {
-        asm volatile("" : "+r"(d[i])::"memory");
-      } else {
-        asm volatile("" : "+f"(d[i])::"memory");
-      }
-    }
-  }
-
-  template <typename Acc>
   __device__ static void issue(Acc (&d)[64], const Smem& s, int half, int stage) {
     const std::uint64_t dq = hopper::make_smem_desc(s.q + half * 64 * 128, 16, 1024);
     const std::uint64_t dk = hopper::make_smem_desc(s.k[stage], 16, 1024);
@@ -122,12 +120,14 @@ struct Probe {
       }
     }
     hopper::wgmma_commit();
-    pin(d);
+    hopper::fence_registers(d);
   }
 
   // This thread's two rows against the threshold, on its own columns (the rule is monotone in
-  // the maximum); the int8 arms add the tile's bound and keep a lower bound of the running max.
-  template <typename Acc>
+  // the maximum). The int8 arms convert the maximum with a stand-in for the row's and tile's
+  // scales, add a stand-in bound from the tile's norms and keep a lower bound of the running
+  // maximum: the arithmetic of a certified vote, whose verdicts the probe does not use.
+  // `record` (or null) receives the row maxima at [row][lane % 4].
   __device__ static bool row_votes(const Acc (&d)[64], float2 bound, float (&m)[2], float thr,
                                    float* record) {
     bool skip = true;
@@ -145,7 +145,7 @@ struct Probe {
       }
       float hi, lo;
       if constexpr (kInt8) {
-        const float x = static_cast<float>(mx) * 0.01f;  // the row's and tile's scales
+        const float x = static_cast<float>(mx) * 0.01f;
         const float e = 0.5f * bound.x + 0.25f * bound.y;
         hi = x + e;
         lo = x - e;
@@ -158,8 +158,16 @@ struct Probe {
     return skip;
   }
 
-  __device__ static void voter(const Params& p, Smem& s, int v, int head, int n_tiles) {
-    using Acc = std::conditional_t<kInt8, int, float>;
+  // Where this half's maxima of tile t go, if this is the recorded CTA's tile.
+  __device__ static float* record_at(const Params& p, int seq, int head, int m_block, int t,
+                                     int half) {
+    const Recorded& r = p.recorded;
+    const bool hit = seq == r.seq && head == r.head && m_block == r.m_block && t == r.tile;
+    return hit ? r.maxima + half * 64 * 4 : nullptr;
+  }
+
+  __device__ static void voter(const Params& p, Smem& s, int v, int seq, int head, int m_block,
+                               int n_tiles) {
     constexpr int kHalvesPerVoter = 2 / kVoters;
     const int tid = threadIdx.x % 128;
     const int kv_head = head / p.group;
@@ -172,19 +180,16 @@ struct Probe {
       hopper::mbar_wait(&s.full[stage], (t / kStages) & 1);
       const float2 bound = kInt8 ? __ldg(&p.bound[kv_head * p.tiles + t]) : make_float2(0.f, 0.f);
       bool skip = true;
-      // The first CTA's first tile is recorded for the host's check of the products.
-      const bool first = t == 0 && head == 0 && blockIdx.x + 1 == gridDim.x;
-      const auto record = [&](int half) { return first ? p.first_max + half * 64 * 4 : nullptr; };
       if constexpr (kPipelined && kVoters == 1) {
         Acc d0[64], d1[64];
         issue(d0, s, 0, stage);
         issue(d1, s, 1, stage);
         hopper::wgmma_wait<1>();
-        pin(d0);
-        skip &= row_votes(d0, bound, m[0], p.threshold, record(0));
+        hopper::fence_registers(d0);
+        skip &= row_votes(d0, bound, m[0], p.threshold, record_at(p, seq, head, m_block, t, 0));
         hopper::wgmma_wait<0>();
-        pin(d1);
-        skip &= row_votes(d1, bound, m[1], p.threshold, record(1));
+        hopper::fence_registers(d1);
+        skip &= row_votes(d1, bound, m[1], p.threshold, record_at(p, seq, head, m_block, t, 1));
       } else {
 #pragma unroll
         for (int h = 0; h < kHalvesPerVoter; ++h) {
@@ -192,8 +197,9 @@ struct Probe {
           const int half = v * kHalvesPerVoter + h;
           issue(d, s, half, stage);
           hopper::wgmma_wait<0>();
-          pin(d);
-          skip &= row_votes(d, bound, m[h], p.threshold, record(half));
+          hopper::fence_registers(d);
+          skip &= row_votes(d, bound, m[h], p.threshold,
+                            record_at(p, seq, head, m_block, t, half));
         }
       }
       if (tid % 32 == 0) hopper::mbar_arrive(&s.empty[stage]);
@@ -204,8 +210,8 @@ struct Probe {
 
   // Two voters, one half each, with tile t + 1's product in flight while tile t's maxima are
   // reduced and voted on.
-  __device__ static void voter_ahead(const Params& p, Smem& s, int v, int head, int n_tiles) {
-    using Acc = std::conditional_t<kInt8, int, float>;
+  __device__ static void voter_ahead(const Params& p, Smem& s, int v, int seq, int head,
+                                     int m_block, int n_tiles) {
     const int tid = threadIdx.x % 128;
     const int kv_head = head / p.group;
     float m[2] = {0.f, 0.f};
@@ -218,11 +224,10 @@ struct Probe {
     // Waits until at most kPending products are in flight, then votes on tile t from d.
     const auto finish = [&]<int kPending>(Acc (&d)[64], int t) {
       hopper::wgmma_wait<kPending>();
-      pin(d);
+      hopper::fence_registers(d);
       const float2 bound = kInt8 ? __ldg(&p.bound[kv_head * p.tiles + t]) : make_float2(0.f, 0.f);
-      const bool first = t == 0 && head == 0 && blockIdx.x + 1 == gridDim.x;
       const bool skip =
-          row_votes(d, bound, m, p.threshold, first ? p.first_max + v * 64 * 4 : nullptr);
+          row_votes(d, bound, m, p.threshold, record_at(p, seq, head, m_block, t, v));
       if (tid % 32 == 0) hopper::mbar_arrive(&s.empty[t % kStages]);
       skipped += hopper::named_barrier_and(1 + v, 128, skip);
     };
@@ -246,43 +251,49 @@ struct Probe {
     if (tid == 0) atomicAdd(p.skipped, skipped);
   }
 
+  // Thread 0: Q once, then the CTA's KV tiles in order through the stages.
+  __device__ static void produce(const Params& p, Smem& s, int row0, int head, int m_block,
+                                 int n_tiles) {
+    hopper::mbar_arrive_expect_tx(&s.full_q, kRows * kHeadDim * kElemBytes);
+    for (int b = 0; b < kBlocks; ++b) {
+      hopper::tma_load_3d(s.q + b * kRows * 128, &p.tma_q, &s.full_q, b * 128 / kElemBytes, head,
+                          row0 + m_block * kRows);
+    }
+    for (int t = 0; t < n_tiles; ++t) {
+      const int stage = t % kStages;
+      hopper::mbar_wait(&s.empty[stage], ((t / kStages) & 1) ^ 1);
+      hopper::mbar_arrive_expect_tx(&s.full[stage], kTileBytes);
+      for (int b = 0; b < kBlocks; ++b) {
+        hopper::tma_load_3d(s.k[stage] + b * kKeys * 128, &p.tma_k, &s.full[stage],
+                            b * 128 / kElemBytes, head / p.group, row0 + t * kKeys);
+      }
+    }
+  }
+
   __device__ static void cta(const Params& p) {
     extern __shared__ __align__(1024) unsigned char raw[];
     Smem& s = *reinterpret_cast<Smem*>(raw);
     const int m_block = p.num_m_blocks - 1 - blockIdx.x;  // the longest causal rows first
-    const int head = blockIdx.y;
+    const int head = blockIdx.y, seq = blockIdx.z;
     const int n_tiles = m_block + 1;
     if (threadIdx.x == 0) {
       hopper::mbar_init(&s.full_q, 1);
       for (int i = 0; i < kStages; ++i) {
         hopper::mbar_init(&s.full[i], 1);
-        hopper::mbar_init(&s.empty[i], 4 * kVoters);
+        hopper::mbar_init(&s.empty[i], 4 * kVoters);  // one arrival per voting warp
       }
       hopper::fence_barrier_init();
     }
     __syncthreads();
     if (threadIdx.x < 128) {
-      if (threadIdx.x != 0) return;
-      hopper::mbar_arrive_expect_tx(&s.full_q, kRows * kHeadDim * kElemBytes);
-      for (int b = 0; b < kBlocks; ++b) {
-        hopper::tma_load_3d(s.q + b * kRows * 128, &p.tma_q, &s.full_q, b * 128 / kElemBytes,
-                            head, m_block * kRows);
-      }
-      for (int t = 0; t < n_tiles; ++t) {
-        const int stage = t % kStages;
-        hopper::mbar_wait(&s.empty[stage], ((t / kStages) & 1) ^ 1);
-        hopper::mbar_arrive_expect_tx(&s.full[stage], kTileBytes);
-        for (int b = 0; b < kBlocks; ++b) {
-          hopper::tma_load_3d(s.k[stage] + b * kKeys * 128, &p.tma_k, &s.full[stage],
-                              b * 128 / kElemBytes, head / p.group, t * kKeys);
-        }
-      }
+      if (threadIdx.x == 0) produce(p, s, seq * p.length, head, m_block, n_tiles);
       return;
     }
+    const int v = threadIdx.x / 128 - 1;
     if constexpr (kPipelined && kVoters == 2) {
-      voter_ahead(p, s, threadIdx.x / 128 - 1, head, n_tiles);
+      voter_ahead(p, s, v, seq, head, m_block, n_tiles);
     } else {
-      voter(p, s, threadIdx.x / 128 - 1, head, n_tiles);
+      voter(p, s, v, seq, head, m_block, n_tiles);
     }
   }
 };
@@ -291,22 +302,6 @@ template <bool kInt8, int kVoters, bool kPipelined>
 __global__ void __launch_bounds__(Probe<kInt8, kVoters, kPipelined>::kThreads)
     probe_kernel(const __grid_constant__ typename Probe<kInt8, kVoters, kPipelined>::Params p) {
   Probe<kInt8, kVoters, kPipelined>::cta(p);
-}
-
-// [rows, heads, 128] bytes (int8) as TMA sees it: boxes of 128 bytes x 1 x 128 rows, 128-byte
-// swizzled, as the 16-bit maps of tensor_map.h.
-CUtensorMap int8_map(const void* base, std::int64_t rows, int heads) {
-  CUtensorMap map{};
-  const cuuint64_t dims[3] = {kHeadDim, static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[2] = {kHeadDim, static_cast<cuuint64_t>(heads) * kHeadDim};
-  const cuuint32_t box[3] = {128, 1, kRows};
-  const cuuint32_t unit[3] = {1, 1, 1};
-  const CUresult r = common::encode_tiled("vote_probe")(
-      &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(base), dims, strides, box, unit,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) throw std::runtime_error("vote_probe: cuTensorMapEncodeTiled failed for int8");
-  return map;
 }
 
 __global__ void fill_bytes(unsigned char* x, std::int64_t n, std::uint32_t seed) {
@@ -320,76 +315,152 @@ __global__ void fill_bytes(unsigned char* x, std::int64_t n, std::uint32_t seed)
 
 struct Options {
   int length = 32768, heads_q = 32, heads_kv = 8, warmup = 3, rounds = 30;
+  std::int64_t tokens = 65536;  // batch = tokens / length, at least 1: the prefill bench's shape
   double skip_lambda = 0.3;
   std::string json, command;
 };
 
+// Device memory of one run, freed on every path.
+struct Buffers {
+  std::vector<void*> owned;
+  template <typename T>
+  T* alloc(std::size_t bytes) {
+    void* p = nullptr;
+    check(cudaMalloc(&p, bytes), "malloc");
+    owned.push_back(p);
+    return static_cast<T*>(p);
+  }
+  ~Buffers() {
+    for (void* p : owned) cudaFree(p);
+  }
+};
+
+struct Inputs {
+  int batch;
+  std::int64_t total;  // batch * length rows
+  void *q16, *k16, *v16, *out, *q8, *k8;
+  float2* bound;
+  std::int32_t* cu;
+  unsigned long long *skipped, *stats;
+  Recorded recorded;
+};
+
+Inputs make_inputs(const Options& o, Buffers& mem) {
+  Inputs in{};
+  in.batch = static_cast<int>(std::max<std::int64_t>(1, o.tokens / o.length));
+  in.total = static_cast<std::int64_t>(in.batch) * o.length;
+  const std::size_t q_elems = in.total * o.heads_q * kHeadDim;
+  const std::size_t kv_elems = in.total * o.heads_kv * kHeadDim;
+  in.q16 = mem.alloc<void>(q_elems * 2);
+  in.k16 = mem.alloc<void>(kv_elems * 2);
+  in.v16 = mem.alloc<void>(kv_elems * 2);
+  in.out = mem.alloc<void>(q_elems * 2);
+  in.q8 = mem.alloc<void>(q_elems);
+  in.k8 = mem.alloc<void>(kv_elems);
+  const std::size_t bound_bytes = o.heads_kv * (o.length / kKeys) * sizeof(float2);
+  in.bound = mem.alloc<float2>(bound_bytes);
+  in.cu = mem.alloc<std::int32_t>((in.batch + 1) * 4);
+  in.skipped = mem.alloc<unsigned long long>(8);
+  in.stats = mem.alloc<unsigned long long>(in.batch * 16);
+  // Checked: the last sequence's head 5 (KV head 1 with the default group of 4), the query tile
+  // and KV tile 5 (the diagonal; stage 1, second phase), or the largest that exist.
+  const int last_block = o.length / kRows - 1;
+  in.recorded = {in.batch - 1, std::min(5, o.heads_q - 1), std::min(5, last_block),
+                 std::min(5, last_block), mem.alloc<float>(kRows * 4 * sizeof(float))};
+  const bench::StructuredShape shape;
+  bench::fill_structured(in.q16, true, in.total, o.heads_q, kHeadDim, o.length,
+                         bench::Role::kQuery, shape, 1, nullptr);
+  bench::fill_structured(in.k16, true, in.total, o.heads_kv, kHeadDim, o.length, bench::Role::kKey,
+                         shape, 2, nullptr);
+  bench::fill_structured(in.v16, true, in.total, o.heads_kv, kHeadDim, o.length,
+                         bench::Role::kValue, shape, 3, nullptr);
+  const int blocks = bench::device_properties().multiProcessorCount * 4;
+  fill_bytes<<<blocks, 256>>>(static_cast<unsigned char*>(in.q8), q_elems, 1);
+  fill_bytes<<<blocks, 256>>>(static_cast<unsigned char*>(in.k8), kv_elems, 2);
+  check(cudaMemset(in.bound, 0, bound_bytes), "memset");
+  std::vector<std::int32_t> cu(in.batch + 1);
+  for (int b = 0; b <= in.batch; ++b) cu[b] = b * o.length;
+  check(cudaMemcpy(in.cu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice), "cu");
+  check(cudaDeviceSynchronize(), "fill");
+  return in;
+}
+
 template <bool kInt8, int kVoters, bool kPipelined>
-std::function<void()> probe_arm(const void* q, const void* k, const float2* bound,
-                                unsigned long long* skipped, float* first_max, const Options& o) {
+std::function<void()> probe_arm(const Inputs& in, const Options& o) {
   using P = Probe<kInt8, kVoters, kPipelined>;
   typename P::Params p{};
-  if constexpr (kInt8) {
-    p.tma_q = int8_map(q, o.length, o.heads_q);
-    p.tma_k = int8_map(k, o.length, o.heads_kv);
-  } else {
-    p.tma_q = common::make_tensor_map("vote_probe", q, o.length, o.heads_q, kHeadDim, kRows,
-                                      DType::kBF16);
-    p.tma_k = common::make_tensor_map("vote_probe", k, o.length, o.heads_kv, kHeadDim, kKeys,
-                                      DType::kBF16);
-  }
-  p.bound = bound;
-  p.skipped = skipped;
-  p.first_max = first_max;
+  const CUtensorMapDataType type =
+      kInt8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  p.tma_q = common::make_tensor_map("vote_probe", kInt8 ? in.q8 : in.q16, in.total, o.heads_q,
+                                    kHeadDim, kRows, type, P::kElemBytes);
+  p.tma_k = common::make_tensor_map("vote_probe", kInt8 ? in.k8 : in.k16, in.total, o.heads_kv,
+                                    kHeadDim, kKeys, type, P::kElemBytes);
+  p.bound = in.bound;
+  p.skipped = in.skipped;
+  p.recorded = in.recorded;
+  p.length = o.length;
   p.num_m_blocks = o.length / kRows;
   p.group = o.heads_q / o.heads_kv;
   p.tiles = o.length / kKeys;
-  p.threshold = -4.f;
-  // One CTA a multiprocessor in every arm, as the voting warpgroup of a prefill CTA would run.
+  p.threshold = -4.f;  // with the running maxima starting at 0, as a voting loop's comparisons
+  // At least 120 KB of shared memory, so that one CTA runs a multiprocessor (2 x 120 KB > 228 KB)
+  // in every arm, as the voting warpgroups of a prefill CTA do.
   constexpr int kSmem = std::max<int>(sizeof(typename P::Smem), 120 * 1024);
-  check(cudaFuncSetAttribute(probe_kernel<kInt8, kVoters, kPipelined>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-        "smem");
-  const dim3 grid(p.num_m_blocks, o.heads_q);
-  return [p, grid] {
-    probe_kernel<kInt8, kVoters, kPipelined><<<grid, P::kThreads, kSmem>>>(p);
+  auto* kernel = probe_kernel<kInt8, kVoters, kPipelined>;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "smem");
+  const dim3 grid(p.num_m_blocks, o.heads_q, in.batch);
+  return [p, grid, kernel] {
+    kernel<<<grid, P::kThreads, kSmem>>>(p);
     check(cudaGetLastError(), "probe launch");
   };
 }
 
-// Runs `launch` once and compares the recorded row maxima of the first CTA's first tile (query
-// rows 0-127 of head 0 against keys 0-127 of KV head 0) with the host's products: exact for int8,
-// within fp32 rounding for bf16. Throws on a mismatch: a wrong descriptor or layout would time a
-// different product.
+// Runs `launch` once and compares the recorded row maxima (in.recorded) with the host's products:
+// exact for int8, within fp32 rounding for bf16. The record is poisoned with NaN first, so an arm
+// that records nothing fails. A wrong descriptor, stage or layout would time another product.
 void check_products(const std::string& arm, const std::function<void()>& launch, bool int8,
-                    const void* q, const void* k, float* first_max, const Options& o) {
+                    const Inputs& in, const Options& o) {
+  const Recorded& r = in.recorded;
+  check(cudaMemset(r.maxima, 0xff, kRows * 4 * sizeof(float)), "poison");
   launch();
   check(cudaDeviceSynchronize(), "probe");
   std::vector<float> got(kRows * 4);
-  check(cudaMemcpy(got.data(), first_max, got.size() * 4, cudaMemcpyDeviceToHost), "copy");
+  check(cudaMemcpy(got.data(), r.maxima, got.size() * 4, cudaMemcpyDeviceToHost), "copy");
   const int eb = int8 ? 1 : 2;
-  std::vector<unsigned char> qh(static_cast<std::size_t>(kRows) * o.heads_q * kHeadDim * eb);
-  std::vector<unsigned char> kh(static_cast<std::size_t>(kKeys) * o.heads_kv * kHeadDim * eb);
-  check(cudaMemcpy(qh.data(), q, qh.size(), cudaMemcpyDeviceToHost), "copy");
-  check(cudaMemcpy(kh.data(), k, kh.size(), cudaMemcpyDeviceToHost), "copy");
-  const auto value = [&](const std::vector<unsigned char>& x, int row, int heads, int d) {
-    const std::size_t i = (static_cast<std::size_t>(row) * heads) * kHeadDim + d;  // head 0
+  const std::int64_t q_row0 = r.seq * std::int64_t{o.length} + r.m_block * kRows;
+  const std::int64_t k_row0 = r.seq * std::int64_t{o.length} + r.tile * kKeys;
+  // The rows of the recorded tile, all heads (bytes).
+  const auto rows = [&](const void* base, std::int64_t row0, int heads, int count) {
+    std::vector<unsigned char> h(static_cast<std::size_t>(count) * heads * kHeadDim * eb);
+    const auto* src = static_cast<const unsigned char*>(base) + row0 * heads * kHeadDim * eb;
+    check(cudaMemcpy(h.data(), src, h.size(), cudaMemcpyDeviceToHost), "copy");
+    return h;
+  };
+  const std::vector<unsigned char> qh = rows(int8 ? in.q8 : in.q16, q_row0, o.heads_q, kRows);
+  const std::vector<unsigned char> kh = rows(int8 ? in.k8 : in.k16, k_row0, o.heads_kv, kKeys);
+  const auto value = [&](const std::vector<unsigned char>& x, int row, int heads, int head, int d) {
+    const std::size_t i = (static_cast<std::size_t>(row) * heads + head) * kHeadDim + d;
     if (int8) return static_cast<double>(static_cast<signed char>(x[i]));
-    std::uint32_t bits = static_cast<std::uint32_t>(x[2 * i] | (x[2 * i + 1] << 8)) << 16;
+    const std::uint32_t bits = static_cast<std::uint32_t>(x[2 * i] | (x[2 * i + 1] << 8)) << 16;
     float f;
     std::memcpy(&f, &bits, 4);
     return static_cast<double>(f);
   };
+  const int kv_head = r.head / (o.heads_q / o.heads_kv);
   double worst = 0.0;
-  for (int r = 0; r < kRows; ++r) {
-    double want = -1e300;
+  for (int row = 0; row < kRows; ++row) {
+    double want = -std::numeric_limits<double>::infinity();
     for (int key = 0; key < kKeys; ++key) {
       double dot = 0.0;
-      for (int d = 0; d < kHeadDim; ++d) dot += value(qh, r, o.heads_q, d) * value(kh, key, o.heads_kv, d);
+      for (int d = 0; d < kHeadDim; ++d) {
+        dot += value(qh, row, o.heads_q, r.head, d) * value(kh, key, o.heads_kv, kv_head, d);
+      }
       want = std::max(want, dot);
     }
-    const float* g = &got[r * 4];
+    const float* g = &got[row * 4];
     const double have = std::max(std::max(g[0], g[1]), std::max(g[2], g[3]));
-    worst = std::max(worst, std::abs(have - want) / std::max(1.0, std::abs(want)));
+    const double err = std::abs(have - want) / std::max(1.0, std::abs(want));
+    worst = std::isnan(have) ? std::numeric_limits<double>::infinity() : std::max(worst, err);
   }
   if (worst > (int8 ? 0.0 : 1e-4)) {
     throw std::runtime_error(arm + ": row maxima off the host's products (relative " +
@@ -397,108 +468,89 @@ void check_products(const std::string& arm, const std::function<void()>& launch,
   }
 }
 
-std::string gpu_name() {
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "properties");
-  return prop.name;
-}
-
 nlohmann::json run(const Options& o) {
-  const std::int64_t len = o.length;
-  const std::size_t q_elems = len * o.heads_q * kHeadDim, kv_elems = len * o.heads_kv * kHeadDim;
-  void *q16, *k16, *v16, *out, *q8, *k8;
-  float2* bound;
-  float* first_max;
-  std::int32_t* cu;
-  unsigned long long *skipped, *stats;
-  check(cudaMalloc(&q16, q_elems * 2), "malloc");
-  check(cudaMalloc(&k16, kv_elems * 2), "malloc");
-  check(cudaMalloc(&v16, kv_elems * 2), "malloc");
-  check(cudaMalloc(&out, q_elems * 2), "malloc");
-  check(cudaMalloc(&q8, q_elems), "malloc");
-  check(cudaMalloc(&k8, kv_elems), "malloc");
-  check(cudaMalloc(&bound, o.heads_kv * (len / kKeys) * sizeof(float2)), "malloc");
-  check(cudaMalloc(&cu, 8), "malloc");
-  check(cudaMalloc(&first_max, kRows * 4 * sizeof(float)), "malloc");
-  check(cudaMalloc(&skipped, 8), "malloc");
-  check(cudaMalloc(&stats, 16), "malloc");
-  const bench::StructuredShape shape;
-  bench::fill_structured(q16, true, len, o.heads_q, kHeadDim, len, bench::Role::kQuery, shape, 1,
-                         nullptr);
-  bench::fill_structured(k16, true, len, o.heads_kv, kHeadDim, len, bench::Role::kKey, shape, 2,
-                         nullptr);
-  bench::fill_structured(v16, true, len, o.heads_kv, kHeadDim, len, bench::Role::kValue, shape, 3,
-                         nullptr);
-  fill_bytes<<<528, 256>>>(static_cast<unsigned char*>(q8), q_elems, 1);
-  fill_bytes<<<528, 256>>>(static_cast<unsigned char*>(k8), kv_elems, 2);
-  check(cudaMemset(bound, 0, o.heads_kv * (len / kKeys) * sizeof(float2)), "memset");
-  const std::int32_t cu_host[2] = {0, static_cast<std::int32_t>(len)};
-  check(cudaMemcpy(cu, cu_host, 8, cudaMemcpyHostToDevice), "cu");
-  check(cudaDeviceSynchronize(), "fill");
-
-  PrefillArguments a;
-  a.q = q16;
-  a.k = k16;
-  a.v = v16;
-  a.out = out;
-  a.cu_seqlens_q = a.cu_seqlens_k = cu;
-  a.batch = 1;
-  a.total_q = a.total_k = len;
-  a.max_seqlen_q = a.max_seqlen_k = o.length;
-  a.num_heads_q = o.heads_q;
-  a.num_heads_kv = o.heads_kv;
-  PrefillArguments skip = a;
+  Buffers mem;
+  const Inputs in = make_inputs(o, mem);
+  PrefillArguments dense;
+  dense.q = in.q16;
+  dense.k = in.k16;
+  dense.v = in.v16;
+  dense.out = in.out;
+  dense.cu_seqlens_q = dense.cu_seqlens_k = in.cu;
+  dense.batch = in.batch;
+  dense.total_q = dense.total_k = in.total;
+  dense.max_seqlen_q = dense.max_seqlen_k = o.length;
+  dense.num_heads_q = o.heads_q;
+  dense.num_heads_kv = o.heads_kv;
+  PrefillArguments skip = dense;
   skip.threshold = Threshold::flat(o.skip_lambda);
   skip.force_kernel = KernelChoice::kSkip;
   // The skip arm's sparsity, from one launch with statistics.
   PrefillArguments counted = skip;
-  counted.stats = stats;
-  check(cudaMemset(stats, 0, 16), "memset");
+  counted.stats = in.stats;
+  check(cudaMemset(in.stats, 0, in.batch * 16), "memset");
   run_prefill(counted, nullptr, nullptr);
-  unsigned long long visited_skipped[2];
-  check(cudaMemcpy(visited_skipped, stats, 16, cudaMemcpyDeviceToHost), "stats");
+  std::vector<unsigned long long> st(2 * in.batch);
+  check(cudaMemcpy(st.data(), in.stats, st.size() * 8, cudaMemcpyDeviceToHost), "stats");
+  double visited = 0, skipped = 0;
+  for (int b = 0; b < in.batch; ++b) {
+    visited += static_cast<double>(st[2 * b]);
+    skipped += static_cast<double>(st[2 * b + 1]);
+  }
 
-  const std::vector<std::string> names = {
-      "dense",         "skip",          "int8 1 voter",  "int8 1 voter, halves pipelined",
-      "int8 2 voters", "int8 2 voters, next tile in flight", "bf16 1 voter", "bf16 2 voters",
-      "bf16 2 voters, next tile in flight"};
+  const std::vector<std::string> names = {"dense",
+                                          "skip",
+                                          "int8 1 voter",
+                                          "int8 1 voter, halves pipelined",
+                                          "int8 2 voters",
+                                          "int8 2 voters, next tile in flight",
+                                          "bf16 1 voter",
+                                          "bf16 2 voters",
+                                          "bf16 2 voters, next tile in flight"};
   const std::vector<std::function<void()>> arms = {
-      [&] { run_prefill(a, nullptr, nullptr); },
+      [&] { run_prefill(dense, nullptr, nullptr); },
       [&] { run_prefill(skip, nullptr, nullptr); },
-      probe_arm<true, 1, false>(q8, k8, bound, skipped, first_max, o),
-      probe_arm<true, 1, true>(q8, k8, bound, skipped, first_max, o),
-      probe_arm<true, 2, false>(q8, k8, bound, skipped, first_max, o),
-      probe_arm<true, 2, true>(q8, k8, bound, skipped, first_max, o),
-      probe_arm<false, 1, false>(q16, k16, bound, skipped, first_max, o),
-      probe_arm<false, 2, false>(q16, k16, bound, skipped, first_max, o),
-      probe_arm<false, 2, true>(q16, k16, bound, skipped, first_max, o)};
+      probe_arm<true, 1, false>(in, o),
+      probe_arm<true, 1, true>(in, o),
+      probe_arm<true, 2, false>(in, o),
+      probe_arm<true, 2, true>(in, o),
+      probe_arm<false, 1, false>(in, o),
+      probe_arm<false, 2, false>(in, o),
+      probe_arm<false, 2, true>(in, o)};
   for (std::size_t i = 2; i < arms.size(); ++i) {
-    const bool int8 = names[i].rfind("int8", 0) == 0;
-    check_products(names[i], arms[i], int8, int8 ? q8 : q16, int8 ? k8 : k16, first_max, o);
+    check_products(names[i], arms[i], names[i].rfind("int8", 0) == 0, in, o);
   }
   const std::vector<double> ms = bench::interleaved_median_ms(arms, o.warmup, o.rounds, 1);
 
-  const double tiles = static_cast<double>(o.heads_q) * (len / kRows) * (len / kRows + 1) / 2;
+  const int sms = bench::device_properties().multiProcessorCount;
+  const double blocks = o.length / kRows;
+  const double tiles = o.heads_q * in.batch * blocks * (blocks + 1) / 2;
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("%-32s %9s %12s %14s\n", "arm", "ms", "x dense", "us per tile/SM");
+  std::printf("%d x %d tokens, %d/%d heads, head dim %d, causal\n", in.batch, o.length, o.heads_q,
+              o.heads_kv, kHeadDim);
+  std::printf("%-36s %9s %9s %9s %15s\n", "arm", "ms", "x dense", "x skip", "us a tile an SM");
   for (std::size_t i = 0; i < arms.size(); ++i) {
-    const double per_tile_us = ms[i] * 1e3 * 132 / tiles;
-    std::printf("%-32s %9.3f %12.3f %14.3f\n", names[i].c_str(), ms[i], ms[i] / ms[0], per_tile_us);
-    rows.push_back({{"arm", names[i]}, {"ms", ms[i]}, {"x_dense", ms[i] / ms[0]},
+    const double per_tile_us = ms[i] * 1e3 * sms / tiles;
+    std::printf("%-36s %9.3f %9.3f %9.3f %15.3f\n", names[i].c_str(), ms[i], ms[i] / ms[0],
+                ms[i] / ms[1], per_tile_us);
+    rows.push_back({{"arm", names[i]},
+                    {"ms", ms[i]},
+                    {"x_dense", ms[i] / ms[0]},
+                    {"x_skip", ms[i] / ms[1]},
                     {"us_per_tile_per_sm", per_tile_us}});
   }
-  const double sparsity = static_cast<double>(visited_skipped[1]) / visited_skipped[0];
-  std::printf("skip arm: lambda %g, %.1f%% of %llu tiles skipped\n", o.skip_lambda,
-              100 * sparsity, visited_skipped[0]);
-  for (void* ptr : {q16, k16, v16, out, q8, k8}) cudaFree(ptr);
-  cudaFree(bound);
-  cudaFree(first_max);
-  cudaFree(cu);
-  cudaFree(skipped);
-  cudaFree(stats);
-  return {{"length", o.length}, {"heads_q", o.heads_q}, {"heads_kv", o.heads_kv},
-          {"head_dim", kHeadDim}, {"causal", true}, {"vote_tiles", "128 rows x 128 keys per CTA"},
-          {"skip_lambda", o.skip_lambda}, {"skip_sparsity", sparsity}, {"arms", rows}};
+  std::printf("skip arm: lambda %g, %.1f%% of %.0f tiles skipped\n", o.skip_lambda,
+              100 * skipped / visited, visited);
+  return {{"length", o.length},
+          {"batch", in.batch},
+          {"heads_q", o.heads_q},
+          {"heads_kv", o.heads_kv},
+          {"head_dim", kHeadDim},
+          {"causal", true},
+          {"vote_tiles", "128 rows x 128 keys per CTA"},
+          {"skip_lambda", o.skip_lambda},
+          {"skip_sparsity", skipped / visited},
+          {"arms", rows}};
 }
 
 }  // namespace
@@ -506,28 +558,30 @@ nlohmann::json run(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"Cost of a skipped tile with an int8 or bf16 vote, beside the dense kernel"};
-  app.add_option("--length", o.length, "Tokens (causal, one sequence; a multiple of 128)")
+  app.add_option("--length", o.length, "Tokens a sequence (causal; a multiple of 128)")
       ->check(CLI::Range(128, 1 << 20));
-  app.add_option("--heads-q", o.heads_q, "Query heads");
-  app.add_option("--heads-kv", o.heads_kv, "KV heads");
-  app.add_option("--rounds", o.rounds, "Timed rounds (one launch an arm a round)");
-  app.add_option("--skip-lambda", o.skip_lambda, "Flat lambda of the skip-kernel arm");
+  app.add_option("--tokens", o.tokens, "Tokens a launch (batch = tokens / length, at least 1)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--heads-q", o.heads_q, "Query heads")->check(CLI::PositiveNumber);
+  app.add_option("--heads-kv", o.heads_kv, "KV heads")->check(CLI::PositiveNumber);
+  app.add_option("--rounds", o.rounds, "Timed rounds (one launch an arm a round)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--skip-lambda", o.skip_lambda, "Flat lambda of the skip-kernel arm")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--json", o.json, "Write the results here");
   CLI11_PARSE(app, argc, argv);
   for (int i = 0; i < argc; ++i) o.command += (i ? " " : "") + std::string(argv[i]);
   try {
     if (o.length % kRows != 0) throw std::invalid_argument("--length must be a multiple of 128");
-    if (o.heads_kv <= 0 || o.heads_q % o.heads_kv != 0) {
+    if (o.heads_q % o.heads_kv != 0) {
       throw std::invalid_argument("--heads-q must be a multiple of --heads-kv");
     }
-    if (!hopper_gpu_available()) {
-      std::fprintf(stderr, "vote_probe: no Hopper GPU (compute capability 9.0)\n");
-      return 1;
-    }
+    if (!o.json.empty()) check_output_file(o.json);
+    if (!hopper_gpu_available()) throw std::runtime_error("no Hopper GPU (compute capability 9.0)");
     nlohmann::json j = run(o);
     j["command"] = o.command;
     j["git_revision"] = SKIPSOFTMAX_GIT_REVISION;
-    j["gpu"] = gpu_name();
+    j["gpu"] = bench::device_properties().name;
     if (!o.json.empty()) write_json_file(o.json, j);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vote_probe: %s\n", e.what());

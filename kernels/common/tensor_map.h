@@ -30,25 +30,25 @@ inline PFN_cuTensorMapEncodeTiled_v12000 encode_tiled(const char* who) {
   return fn;
 }
 
-// [rows, heads, head_dim] 16-bit tensor seen by TMA as (head_dim, heads, rows) with boxes of
-// 64 x 1 x box_rows, 128-byte swizzled (16-byte chunk c of box row r lands at c ^ (r % 8)).
-// Rows past `rows` read as zeros.
+// [rows, heads, head_dim] tensor of `element_bytes`-byte elements seen by TMA as (head_dim, heads,
+// rows) with boxes of (128 bytes) x 1 x box_rows, 128-byte swizzled (16-byte chunk c of box row r
+// lands at c ^ (r % 8)). Rows past `rows` read as zeros.
 inline CUtensorMap make_tensor_map(const char* who, const void* base, std::int64_t rows, int heads,
-                                   int head_dim, int box_rows, DType dtype,
+                                   int head_dim, int box_rows, CUtensorMapDataType type,
+                                   int element_bytes,
                                    CUtensorMapL2promotion promotion =
                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   CUtensorMap map{};
+  const cuuint64_t row_bytes = static_cast<cuuint64_t>(head_dim) * element_bytes;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads),
                               static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(head_dim) * 2,
-                                 static_cast<cuuint64_t>(heads) * head_dim * 2};
-  const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(box_rows)};
+  const cuuint64_t strides[2] = {row_bytes, static_cast<cuuint64_t>(heads) * row_bytes};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(128 / element_bytes), 1,
+                             static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult r = encode_tiled(who)(
-      &map,
-      dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
-      const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, promotion,
+      &map, type, 3, const_cast<void*>(base), dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     std::ostringstream msg;
@@ -57,6 +57,17 @@ inline CUtensorMap make_tensor_map(const char* who, const void* base, std::int64
     throw std::runtime_error(msg.str());
   }
   return map;
+}
+
+// The kernels' 16-bit tensors: boxes of 64 elements x 1 x box_rows.
+inline CUtensorMap make_tensor_map(const char* who, const void* base, std::int64_t rows, int heads,
+                                   int head_dim, int box_rows, DType dtype,
+                                   CUtensorMapL2promotion promotion =
+                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
+  return make_tensor_map(
+      who, base, rows, heads, head_dim, box_rows,
+      dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+      promotion);
 }
 
 }  // namespace skipsoftmax::common

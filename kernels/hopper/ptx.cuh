@@ -118,6 +118,11 @@ __device__ __forceinline__ void fence_registers(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 template <int N>
+__device__ __forceinline__ void fence_registers(int (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+template <int N>
 __device__ __forceinline__ void fence_registers(std::uint32_t (&d)[N][4]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) {

@@ -1,4 +1,4 @@
-// Event timing shared by the benchmarks.
+// Event timing and small CUDA helpers shared by the benchmarks.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +11,18 @@
 
 namespace skipsoftmax::bench {
 
+inline void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+  }
+}
+
+inline cudaDeviceProp device_properties() {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "properties");
+  return prop;
+}
+
 // Times every arm round-robin: `rounds` rounds, each timing `iters` launches of every arm one
 // after the other, so that clock and thermal drift fall on all arms alike; odd rounds take the
 // arms in reverse order, so that no arm always follows the same one (the SM clock after a
@@ -19,34 +31,36 @@ namespace skipsoftmax::bench {
 // median of its rounds x iters event-timed launches, in milliseconds.
 inline std::vector<double> interleaved_median_ms(const std::vector<std::function<void()>>& arms,
                                                  int warmup, int rounds, int iters) {
-  const auto check = [](cudaError_t err, const char* what) {
-    if (err != cudaSuccess) {
-      throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-    }
-  };
+  if (rounds < 1 || iters < 1) throw std::invalid_argument("rounds and iters must be >= 1");
   for (const auto& launch : arms) {
     for (int i = 0; i < warmup; ++i) launch();
   }
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "event");
-  check(cudaEventCreate(&b), "event");
+  struct Events {
+    cudaEvent_t a = nullptr, b = nullptr;
+    Events() {
+      check(cudaEventCreate(&a), "event");
+      check(cudaEventCreate(&b), "event");
+    }
+    ~Events() {
+      cudaEventDestroy(a);
+      cudaEventDestroy(b);
+    }
+  } ev;
   std::vector<std::vector<float>> times(arms.size());
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t j = 0; j < arms.size(); ++j) {
       const std::size_t k = r % 2 == 0 ? j : arms.size() - 1 - j;
       for (int i = 0; i < iters; ++i) {
-        check(cudaEventRecord(a), "record");
+        check(cudaEventRecord(ev.a), "record");
         arms[k]();
-        check(cudaEventRecord(b), "record");
-        check(cudaEventSynchronize(b), "sync");
+        check(cudaEventRecord(ev.b), "record");
+        check(cudaEventSynchronize(ev.b), "sync");
         float ms = 0;
-        check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+        check(cudaEventElapsedTime(&ms, ev.a, ev.b), "elapsed");
         times[k].push_back(ms);
       }
     }
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
   std::vector<double> medians;
   for (auto& t : times) {
     std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
