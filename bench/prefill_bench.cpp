@@ -16,8 +16,8 @@
 
 #include "bench_util.h"
 #include "file_io.h"
-#include "skipsoftmax_git_revision.h"
 #include "skipsoftmax/prefill.h"
+#include "skipsoftmax_git_revision.h"
 #include "structured_inputs.cuh"
 
 namespace {
@@ -206,8 +206,8 @@ int main(int argc, char** argv) {
           {"inputs", "synthetic real-structure (sink 12, band 8, far field 0.75)"},
           {"timing", "median of " + std::to_string(o.rounds * o.iters) +
                          " event-timed launches per arm, arms interleaved over " +
-                         std::to_string(o.rounds) + " rounds (odd rounds reversed), after " + std::to_string(o.warmup) +
-                         " warm-up launches"},
+                         std::to_string(o.rounds) + " rounds (odd rounds reversed), after " +
+                         std::to_string(o.warmup) + " warm-up launches"},
           {"results", results}};
       write_json_file(o.json, doc);
     }

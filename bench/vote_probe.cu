@@ -198,8 +198,7 @@ struct Probe {
           issue(d, s, half, stage);
           hopper::wgmma_wait<0>();
           hopper::fence_registers(d);
-          skip &= row_votes(d, bound, m[h], p.threshold,
-                            record_at(p, seq, head, m_block, t, half));
+          skip &= row_votes(d, bound, m[h], p.threshold, record_at(p, seq, head, m_block, t, half));
         }
       }
       if (tid % 32 == 0) hopper::mbar_arrive(&s.empty[stage]);
@@ -217,17 +216,16 @@ struct Probe {
     float m[2] = {0.f, 0.f};
     unsigned skipped = 0;
     Acc d0[64], d1[64];
-    const auto start = [&](Acc (&d)[64], int t) {
+    const auto start = [&](Acc(&d)[64], int t) {
       hopper::mbar_wait(&s.full[t % kStages], (t / kStages) & 1);
       issue(d, s, v, t % kStages);
     };
     // Waits until at most kPending products are in flight, then votes on tile t from d.
-    const auto finish = [&]<int kPending>(Acc (&d)[64], int t) {
+    const auto finish = [&]<int kPending>(Acc(&d)[64], int t) {
       hopper::wgmma_wait<kPending>();
       hopper::fence_registers(d);
       const float2 bound = kInt8 ? __ldg(&p.bound[kv_head * p.tiles + t]) : make_float2(0.f, 0.f);
-      const bool skip =
-          row_votes(d, bound, m, p.threshold, record_at(p, seq, head, m_block, t, v));
+      const bool skip = row_votes(d, bound, m, p.threshold, record_at(p, seq, head, m_block, t, v));
       if (tid % 32 == 0) hopper::mbar_arrive(&s.empty[t % kStages]);
       skipped += hopper::named_barrier_and(1 + v, 128, skip);
     };
@@ -368,8 +366,8 @@ Inputs make_inputs(const Options& o, Buffers& mem) {
   in.recorded = {in.batch - 1, std::min(5, o.heads_q - 1), std::min(5, last_block),
                  std::min(5, last_block), mem.alloc<float>(kRows * 4 * sizeof(float))};
   const bench::StructuredShape shape;
-  bench::fill_structured(in.q16, true, in.total, o.heads_q, kHeadDim, o.length,
-                         bench::Role::kQuery, shape, 1, nullptr);
+  bench::fill_structured(in.q16, true, in.total, o.heads_q, kHeadDim, o.length, bench::Role::kQuery,
+                         shape, 1, nullptr);
   bench::fill_structured(in.k16, true, in.total, o.heads_kv, kHeadDim, o.length, bench::Role::kKey,
                          shape, 2, nullptr);
   bench::fill_structured(in.v16, true, in.total, o.heads_kv, kHeadDim, o.length,
@@ -507,16 +505,15 @@ nlohmann::json run(const Options& o) {
                                           "bf16 1 voter",
                                           "bf16 2 voters",
                                           "bf16 2 voters, next tile in flight"};
-  const std::vector<std::function<void()>> arms = {
-      [&] { run_prefill(dense, nullptr, nullptr); },
-      [&] { run_prefill(skip, nullptr, nullptr); },
-      probe_arm<true, 1, false>(in, o),
-      probe_arm<true, 1, true>(in, o),
-      probe_arm<true, 2, false>(in, o),
-      probe_arm<true, 2, true>(in, o),
-      probe_arm<false, 1, false>(in, o),
-      probe_arm<false, 2, false>(in, o),
-      probe_arm<false, 2, true>(in, o)};
+  const std::vector<std::function<void()>> arms = {[&] { run_prefill(dense, nullptr, nullptr); },
+                                                   [&] { run_prefill(skip, nullptr, nullptr); },
+                                                   probe_arm<true, 1, false>(in, o),
+                                                   probe_arm<true, 1, true>(in, o),
+                                                   probe_arm<true, 2, false>(in, o),
+                                                   probe_arm<true, 2, true>(in, o),
+                                                   probe_arm<false, 1, false>(in, o),
+                                                   probe_arm<false, 2, false>(in, o),
+                                                   probe_arm<false, 2, true>(in, o)};
   for (std::size_t i = 2; i < arms.size(); ++i) {
     check_products(names[i], arms[i], names[i].rfind("int8", 0) == 0, in, o);
   }

@@ -33,11 +33,10 @@ inline PFN_cuTensorMapEncodeTiled_v12000 encode_tiled(const char* who) {
 // [rows, heads, head_dim] tensor of `element_bytes`-byte elements seen by TMA as (head_dim, heads,
 // rows) with boxes of (128 bytes) x 1 x box_rows, 128-byte swizzled (16-byte chunk c of box row r
 // lands at c ^ (r % 8)). Rows past `rows` read as zeros.
-inline CUtensorMap make_tensor_map(const char* who, const void* base, std::int64_t rows, int heads,
-                                   int head_dim, int box_rows, CUtensorMapDataType type,
-                                   int element_bytes,
-                                   CUtensorMapL2promotion promotion =
-                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
+inline CUtensorMap make_tensor_map(
+    const char* who, const void* base, std::int64_t rows, int heads, int head_dim, int box_rows,
+    CUtensorMapDataType type, int element_bytes,
+    CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   CUtensorMap map{};
   const cuuint64_t row_bytes = static_cast<cuuint64_t>(head_dim) * element_bytes;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads),
@@ -46,10 +45,10 @@ inline CUtensorMap make_tensor_map(const char* who, const void* base, std::int64
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(128 / element_bytes), 1,
                              static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult r = encode_tiled(who)(
-      &map, type, 3, const_cast<void*>(base), dims, strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      encode_tiled(who)(&map, type, 3, const_cast<void*>(base), dims, strides, box, element_strides,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     std::ostringstream msg;
     msg << who << ": cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for a [" << rows
@@ -60,10 +59,9 @@ inline CUtensorMap make_tensor_map(const char* who, const void* base, std::int64
 }
 
 // The kernels' 16-bit tensors: boxes of 64 elements x 1 x box_rows.
-inline CUtensorMap make_tensor_map(const char* who, const void* base, std::int64_t rows, int heads,
-                                   int head_dim, int box_rows, DType dtype,
-                                   CUtensorMapL2promotion promotion =
-                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
+inline CUtensorMap make_tensor_map(
+    const char* who, const void* base, std::int64_t rows, int heads, int head_dim, int box_rows,
+    DType dtype, CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   return make_tensor_map(
       who, base, rows, heads, head_dim, box_rows,
       dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
