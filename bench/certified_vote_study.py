@@ -20,8 +20,8 @@ bits) with power-of-two scales.
 Inputs: the real-structure recipe of the benchmarks (decode_balance_model.structured), rounded to
 bf16, one query head; or, with --inputs, a capture of `skipsoftmax capture` (post-RoPE q and k of
 real text, its manifest.json naming the layers' files), every query head of the chosen layers,
-with each KV head's channels balanced by the largest |q| of its query group. Writes JSON with
---json.
+with each KV head's channels balanced by the largest |q| of its query group; the captured values
+are rounded to bf16, the kernels' input type, as the recipe's are. Writes JSON with --json.
 
   python3 bench/certified_vote_study.py --length 8192 --head-dim 128 --lambdas 1e-3 3e-3 1e-2
   python3 bench/certified_vote_study.py --inputs CAPTURE_DIR --layers 5 20 --lambdas 1e-3 1e-2
