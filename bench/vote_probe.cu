@@ -413,9 +413,10 @@ std::function<void()> probe_arm(const Inputs& in, const Options& o) {
   };
 }
 
-// Runs `launch` once and compares the recorded row maxima (in.recorded) with the host's products:
-// exact for int8, within fp32 rounding for bf16. The record is poisoned with NaN first, so an arm
-// that records nothing fails. A wrong descriptor, stage or layout would time another product.
+// Runs `launch` once and compares the recorded maxima (in.recorded: each thread's over its own
+// columns of a row) with the host's products: exact for int8, within fp32 rounding for bf16. The
+// record is poisoned with NaN first, so a slot left unwritten fails. A wrong descriptor, stage or
+// layout would time another product.
 void check_products(const std::string& arm, const std::function<void()>& launch, bool int8,
                     const Inputs& in, const Options& o) {
   const Recorded& r = in.recorded;
@@ -445,20 +446,23 @@ void check_products(const std::string& arm, const std::function<void()>& launch,
     return static_cast<double>(f);
   };
   const int kv_head = r.head / (o.heads_q / o.heads_kv);
+  // Each record slot j of a row holds the maximum over that thread's columns 8 c + 2 j + {0, 1}.
   double worst = 0.0;
   for (int row = 0; row < kRows; ++row) {
-    double want = -std::numeric_limits<double>::infinity();
+    double want[4];
+    std::fill(want, want + 4, -std::numeric_limits<double>::infinity());
     for (int key = 0; key < kKeys; ++key) {
       double dot = 0.0;
       for (int d = 0; d < kHeadDim; ++d) {
         dot += value(qh, row, o.heads_q, r.head, d) * value(kh, key, o.heads_kv, kv_head, d);
       }
-      want = std::max(want, dot);
+      want[key % 8 / 2] = std::max(want[key % 8 / 2], dot);
     }
-    const float* g = &got[row * 4];
-    const double have = std::max(std::max(g[0], g[1]), std::max(g[2], g[3]));
-    const double err = std::abs(have - want) / std::max(1.0, std::abs(want));
-    worst = std::isnan(have) ? std::numeric_limits<double>::infinity() : std::max(worst, err);
+    for (int j = 0; j < 4; ++j) {
+      const double have = got[row * 4 + j];
+      const double err = std::abs(have - want[j]) / std::max(1.0, std::abs(want[j]));
+      worst = std::isnan(have) ? std::numeric_limits<double>::infinity() : std::max(worst, err);
+    }
   }
   if (worst > (int8 ? 0.0 : 1e-4)) {
     throw std::runtime_error(arm + ": row maxima off the host's products (relative " +
