@@ -134,7 +134,9 @@ def capture_cases(p, directory, layers):
     scale = manifest.get("softmax_scale") or 1 / math.sqrt(manifest["head_dim"])
     entries = {entry["layer"]: entry for entry in manifest["layers"]}
     cases = []
-    for layer in layers or sorted(entries):
+    # By default the layers that can skip: sliding-window layers never do.
+    chosen = layers or [l for l in sorted(entries) if entries[l].get("window", 0) == 0]
+    for layer in chosen:
         if layer not in entries:
             p.error(f"--layers: layer {layer} is not in {directory}'s capture")
         if entries[layer].get("window", 0) > 0:
@@ -152,11 +154,12 @@ def capture_cases(p, directory, layers):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--length", type=int, default=8192)
-    p.add_argument("--head-dim", type=int, default=128, choices=[64, 128, 256])
+    p.add_argument("--length", type=int, help="the recipe's tokens (default 8192)")
+    p.add_argument("--head-dim", type=int, choices=[64, 128, 256],
+                   help="the recipe's head dim (default 128)")
     p.add_argument("--lambdas", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
     p.add_argument("--slices", type=int, default=48, help="64-row query slices sampled evenly")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, help="the recipe's random seed (default 0)")
     p.add_argument("--inputs", help="a capture directory (manifest.json) instead of the recipe")
     p.add_argument("--layers", type=int, nargs="+", help="with --inputs: layers (default all)")
     p.add_argument("--json", help="write the counts here")
@@ -166,8 +169,12 @@ def main():
         p.error("--lambdas must lie in (0, 1)")
     if args.slices < 1:
         p.error("--slices must be >= 1")
-    if args.inputs and any(f"--{o}" in sys.argv for o in ("length", "head-dim", "seed")):
+    recipe = (args.length, args.head_dim, args.seed)
+    if args.inputs and any(x is not None for x in recipe):
         p.error("--length, --head-dim and --seed describe the recipe's inputs, not --inputs")
+    length, head_dim, seed = (x if x is not None else d for x, d in zip(recipe, (8192, 128, 0)))
+    if length < 64:
+        p.error("--length must be >= 64")
     if args.layers and not args.inputs:
         p.error("--layers needs --inputs")
     # Cases: (name, q [n, d] of one query head, k [n, d] of its KV head, the KV head's query
@@ -175,11 +182,11 @@ def main():
     if args.inputs:
         cases, source = capture_cases(p, args.inputs, args.layers)
     else:
-        rng = np.random.default_rng(args.seed)
-        pos = np.arange(args.length)
-        q = bf16(structured(rng, pos, 1, args.head_dim, "q")[:, 0])
-        k = bf16(structured(rng, pos, 1, args.head_dim, "k")[:, 0])
-        cases = [("recipe", q, k, None, 1 / math.sqrt(args.head_dim))]
+        rng = np.random.default_rng(seed)
+        pos = np.arange(length)
+        q = bf16(structured(rng, pos, 1, head_dim, "q")[:, 0])
+        k = bf16(structured(rng, pos, 1, head_dim, "k")[:, 0])
+        cases = [("recipe", q, k, None, 1 / math.sqrt(head_dim))]
         source = "real-structure recipe, bf16, one head"
     length, head_dim = cases[0][1].shape
     block_n = 64 if head_dim == 256 else 128  # prefill_vote_tiles
