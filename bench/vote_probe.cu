@@ -97,7 +97,7 @@ struct Probe {
     // drop the vote the probe times.
     unsigned long long* skipped;
     Recorded recorded;
-    int length, num_m_blocks, group, tiles;
+    int length, group;  // tokens a sequence (query tiles and KV tiles: length / 128 each)
     float threshold;
   };
 
@@ -166,6 +166,17 @@ struct Probe {
     return hit ? r.maxima + half * 64 * 4 : nullptr;
   }
 
+  // The tile's bound terms (the int8 arms read them as a certified vote would; bf16 has none).
+  __device__ static float2 tile_bound(const Params& p, int kv_head, int t) {
+    return kInt8 ? __ldg(&p.bound[kv_head * (p.length / kKeys) + t]) : make_float2(0.f, 0.f);
+  }
+
+  // Frees the K stage (one arrival a warp) and returns the warpgroup's verdict, 1 for skip.
+  __device__ static unsigned release_and_vote(Smem& s, int stage, int v, bool skip) {
+    if (threadIdx.x % 32 == 0) hopper::mbar_arrive(&s.empty[stage]);
+    return hopper::named_barrier_and(1 + v, 128, skip);
+  }
+
   __device__ static void voter(const Params& p, Smem& s, int v, int seq, int head, int m_block,
                                int n_tiles) {
     constexpr int kHalvesPerVoter = 2 / kVoters;
@@ -178,7 +189,7 @@ struct Probe {
     for (int t = 0; t < n_tiles; ++t) {
       const int stage = t % kStages;
       hopper::mbar_wait(&s.full[stage], (t / kStages) & 1);
-      const float2 bound = kInt8 ? __ldg(&p.bound[kv_head * p.tiles + t]) : make_float2(0.f, 0.f);
+      const float2 bound = tile_bound(p, kv_head, t);
       bool skip = true;
       if constexpr (kPipelined && kVoters == 1) {
         Acc d0[64], d1[64];
@@ -201,8 +212,7 @@ struct Probe {
           skip &= row_votes(d, bound, m[h], p.threshold, record_at(p, seq, head, m_block, t, half));
         }
       }
-      if (tid % 32 == 0) hopper::mbar_arrive(&s.empty[stage]);
-      skipped += hopper::named_barrier_and(1 + v, 128, skip);
+      skipped += release_and_vote(s, stage, v, skip);
     }
     if (tid == 0) atomicAdd(p.skipped, skipped);
   }
@@ -224,10 +234,9 @@ struct Probe {
     const auto finish = [&]<int kPending>(Acc(&d)[64], int t) {
       hopper::wgmma_wait<kPending>();
       hopper::fence_registers(d);
-      const float2 bound = kInt8 ? __ldg(&p.bound[kv_head * p.tiles + t]) : make_float2(0.f, 0.f);
+      const float2 bound = tile_bound(p, kv_head, t);
       const bool skip = row_votes(d, bound, m, p.threshold, record_at(p, seq, head, m_block, t, v));
-      if (tid % 32 == 0) hopper::mbar_arrive(&s.empty[t % kStages]);
-      skipped += hopper::named_barrier_and(1 + v, 128, skip);
+      skipped += release_and_vote(s, t % kStages, v, skip);
     };
     hopper::mbar_wait(&s.full_q, 0);
     start(d0, 0);
@@ -271,7 +280,7 @@ struct Probe {
   __device__ static void cta(const Params& p) {
     extern __shared__ __align__(1024) unsigned char raw[];
     Smem& s = *reinterpret_cast<Smem*>(raw);
-    const int m_block = p.num_m_blocks - 1 - blockIdx.x;  // the longest causal rows first
+    const int m_block = p.length / kRows - 1 - blockIdx.x;  // the longest causal rows first
     const int head = blockIdx.y, seq = blockIdx.z;
     const int n_tiles = m_block + 1;
     if (threadIdx.x == 0) {
@@ -397,16 +406,14 @@ std::function<void()> probe_arm(const Inputs& in, const Options& o) {
   p.skipped = in.skipped;
   p.recorded = in.recorded;
   p.length = o.length;
-  p.num_m_blocks = o.length / kRows;
   p.group = o.heads_q / o.heads_kv;
-  p.tiles = o.length / kKeys;
   p.threshold = -4.f;  // with the running maxima starting at 0, as a voting loop's comparisons
   // At least 120 KB of shared memory, so that one CTA runs a multiprocessor (2 x 120 KB > 228 KB)
   // in every arm, as the voting warpgroups of a prefill CTA do.
   constexpr int kSmem = std::max<int>(sizeof(typename P::Smem), 120 * 1024);
   auto* kernel = probe_kernel<kInt8, kVoters, kPipelined>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "smem");
-  const dim3 grid(p.num_m_blocks, o.heads_q, in.batch);
+  const dim3 grid(o.length / kRows, o.heads_q, in.batch);
   return [p, grid, kernel] {
     kernel<<<grid, P::kThreads, kSmem>>>(p);
     check(cudaGetLastError(), "probe launch");
