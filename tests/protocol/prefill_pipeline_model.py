@@ -14,8 +14,10 @@ voting loop of three warpgroups issues the next tile's Q K^T only once this tile
 (a kept tile: before its P V, and the vote on the next tile runs while the P V is in flight).
 
 In voting CTAs a consumer that skips a tile never touches V: the V thread reads every
-warpgroup's verdict on a tile from a ring of verdict slots and arrives on the tile's empty V barrier for each warpgroup
-that skipped it, and it waits for a copy to land before reusing its stage. The V copies complete
+warpgroup's verdict on a tile from a ring of verdict slots and arrives on the tile's empty V barrier
+for each warpgroup that skipped it. It reuses a stage once a keeper of its last tile has freed it
+(that keeper waited for the copy), or at once when nobody kept it and nothing was copied, or once
+the copy has landed when it was copied for nobody (mode "load"). The V copies complete
 on barriers indexed by position (a ring deeper than the V stages), so that a consumer which
 skipped ahead never waits on a barrier two phases behind. The K thread loads K of position t only
 once the V thread has read the verdicts of t - slots, so a slot is never overwritten unread. V is
@@ -71,38 +73,44 @@ def simulate(n_tiles, seed, mode, K_STAGES=3, SLOTS=8, READY=8, groups=2):
             in_flight.append(("k", stage, pos))
 
     def v_producer():
-        keepers = {}  # position -> the warpgroups that keep it, read once from its verdict slot
+        def read_keepers(q):  # the warpgroups that keep position q, from its verdict slot
+            slot = q % SLOTS
+            yield from wait(voted[slot], (q // SLOTS) & 1)
+            assert verdict[slot] == [skips[g][q] for g in range(groups)], \
+                "verdict slot overwritten"
+            slot_free[slot].arrive()
+            return [wg for wg in range(groups) if not verdict[slot][wg]]
 
-        def kept_by(q):
-            if q not in keepers:
-                slot = q % SLOTS
-                yield from wait(voted[slot], (q // SLOTS) & 1)
-                assert verdict[slot] == [skips[g][q] for g in range(groups)], \
-                    "verdict slot overwritten"
-                keepers[q] = [wg for wg in range(groups) if not verdict[slot][wg]]
-                slot_free[slot].arrive()
-            return keepers[q]
-
+        every = list(range(groups))
+        kept_last, kept_before = every, every  # keepers of positions pos - 1 and pos - 2
         for pos in range(n_tiles):
             stage = pos % V_STAGES
-            if vote and pos >= V_STAGES:
-                # The warpgroups that skipped the stage's last tile release it through this thread.
-                kept = yield from kept_by(pos - V_STAGES)
-                for wg in range(groups):
-                    if wg not in kept:
-                        empty_v[stage].arrive(4)
-            yield from wait(empty_v[stage], ((pos // V_STAGES) & 1) ^ 1)
-            if pos >= V_STAGES:  # no consumer waited for a copy that nobody kept
-                q = pos - V_STAGES
-                yield from wait(v_ready[q % READY], (q // READY) & 1)
-            needed = True
+            if pos >= V_STAGES:
+                kept = every  # keepers of the stage's last tile
+                if vote:
+                    if mode == "drop":
+                        kept = kept_before
+                    else:
+                        kept = yield from read_keepers(pos - V_STAGES)
+                    # The warpgroups that skipped it release the stage through this thread.
+                    skippers = groups - len(kept)
+                    if skippers:
+                        empty_v[stage].arrive(4 * skippers)
+                if kept:  # a keeper waited for the copy before its P V and frees the stage after
+                    yield from wait(empty_v[stage], ((pos // V_STAGES) & 1) ^ 1)
+                elif mode != "drop":  # a copy that no consumer waited for
+                    q = pos - V_STAGES
+                    yield from wait(v_ready[q % READY], (q // READY) & 1)
+                # else nothing was copied, and this thread's arrivals freed the stage
+            keep = every
             if mode == "drop":
-                needed = bool((yield from kept_by(pos)))
-            if needed:
+                keep = yield from read_keepers(pos)
+            if keep:
                 v_ready[pos % READY].arrive_expect_tx(1)
                 in_flight.append(("v", stage, pos))
             else:
                 v_ready[pos % READY].arrive()
+            kept_before, kept_last = kept_last, keep
 
     def consumer(wg):
         if not vote:
