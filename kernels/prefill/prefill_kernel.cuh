@@ -285,7 +285,7 @@ __device__ __forceinline__ void produce_v(const Params& p, const CtaWork& w,
     return bits;
   };
   unsigned kept_last = kAll, kept_before = kAll;  // keepers of positions pos - 1 and pos - 2
-  const unsigned n = w.n_tiles;
+  const unsigned n = max(w.n_tiles, 0);  // none outside the contract (causal kv_len < q_len)
   for (unsigned pos = 0; pos < n; ++pos) {
     const unsigned stage = pos % kStages;
     if (pos >= kStages) {
