@@ -45,7 +45,10 @@ struct TileConfig {
   // K runs a stage deeper than V: the next Q K^T must never wait, while V is read a whole
   // softmax later. 32 + 3 x 32 + 2 x 32 KB for head dim 128; 64 + 3 x 32 + 2 x 32 KB for 256.
   static constexpr int kStagesK = SKIPSOFTMAX_K_STAGES;
-  static constexpr int kStagesV = 2;
+#ifndef SKIPSOFTMAX_V_STAGES_D128
+#define SKIPSOFTMAX_V_STAGES_D128 2
+#endif
+  static constexpr int kStagesV = kHeadDim == 128 ? SKIPSOFTMAX_V_STAGES_D128 : 2;
   // Rings indexed by KV position: the V copies' full barriers and the verdict slots. In a voting
   // CTA a consumer waits only for the V of tiles it keeps, so it may run several tiles ahead of
   // the V copies; a ring this deep keeps its parity waits unambiguous (produce_k bounds the lead).
@@ -273,7 +276,7 @@ __device__ __forceinline__ void produce_v(const Params& p, const CtaWork& w,
   constexpr unsigned kStages = Cfg::kStagesV;
   constexpr int kG = Cfg::kConsumers;
   constexpr unsigned kAll = (1u << kG) - 1;
-  static_assert(kStages == 2, "the verdicts of the last two positions are kept in registers");
+  static_assert(kG * kStages < 32, "the keepers of the last kStages positions fit a word");
   // Bit g set when warpgroup g keeps position q: read from q's verdict slot, which is then free.
   const auto read_keepers = [&](unsigned q) {
     const unsigned slot = q % kRing;
@@ -284,14 +287,15 @@ __device__ __forceinline__ void produce_v(const Params& p, const CtaWork& w,
     mbar_arrive(&s.slot_free[slot]);
     return bits;
   };
-  unsigned kept_last = kAll, kept_before = kAll;  // keepers of positions pos - 1 and pos - 2
+  // Keepers of positions pos - 1, pos - 2, ...: kG bits each, the latest lowest.
+  unsigned history = 0;
   const unsigned n = max(w.n_tiles, 0);  // none outside the contract (causal kv_len < q_len)
   for (unsigned pos = 0; pos < n; ++pos) {
     const unsigned stage = pos % kStages;
     if (pos >= kStages) {
-      unsigned kept = kAll;  // keepers of pos - 2, the stage's last tile
+      unsigned kept = kAll;  // keepers of pos - kStages, the stage's last tile
       if (w.voting) {
-        kept = kDropSkippedV ? kept_before : read_keepers(pos - kStages);
+        kept = kDropSkippedV ? history >> (kG * (kStages - 1)) & kAll : read_keepers(pos - kStages);
         const int skippers = kG - __popc(kept);
         if (skippers > 0) mbar_arrive(&s.empty_v[stage], 4 * skippers);  // four warps each
       }
@@ -310,8 +314,7 @@ __device__ __forceinline__ void produce_v(const Params& p, const CtaWork& w,
     } else {
       mbar_arrive(ready);
     }
-    kept_before = kept_last;
-    kept_last = keep;
+    history = history << kG | keep;
   }
 }
 
