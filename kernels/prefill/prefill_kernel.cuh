@@ -45,10 +45,7 @@ struct TileConfig {
   // K runs a stage deeper than V: the next Q K^T must never wait, while V is read a whole
   // softmax later. 32 + 3 x 32 + 2 x 32 KB for head dim 128; 64 + 3 x 32 + 2 x 32 KB for 256.
   static constexpr int kStagesK = SKIPSOFTMAX_K_STAGES;
-#ifndef SKIPSOFTMAX_V_STAGES_D128
-#define SKIPSOFTMAX_V_STAGES_D128 2
-#endif
-  static constexpr int kStagesV = kHeadDim == 128 ? SKIPSOFTMAX_V_STAGES_D128 : 2;
+  static constexpr int kStagesV = 2;
   // Rings indexed by KV position: the V copies' full barriers and the verdict slots. In a voting
   // CTA a consumer waits only for the V of tiles it keeps, so it may run several tiles ahead of
   // the V copies; a ring this deep keeps its parity waits unambiguous (produce_k bounds the lead).
