@@ -123,8 +123,8 @@ inline constexpr bool kPingPong = SKIPSOFTMAX_PINGPONG;
 #define SKIPSOFTMAX_PREFILL_DROP_V 1
 #endif
 // Voting CTAs: the V thread waits for every warpgroup's verdict on a tile and loads its V only if
-// a warpgroup keeps it (0: every V is loaded). Measured on the H200 (docs/PERFORMANCE.md): 4-8% faster at
-// 92-99% of the tiles skipped, within 1% at 48-73%, 6% slower when nothing is skipped.
+// a warpgroup keeps it (0: every V is loaded). Measured on the H200 (docs/PERFORMANCE.md): 4-8%
+// faster at 92-99% of the tiles skipped, within 1% at 48-73%, 6% slower when nothing is skipped.
 inline constexpr bool kDropSkippedV = SKIPSOFTMAX_PREFILL_DROP_V;
 // The voting loop holds the next tile's K while it waits for the one after: with one K stage
 // that is a cycle (tests/protocol/prefill_pipeline_model.py finds it).
@@ -179,7 +179,7 @@ __device__ __forceinline__ bool find_work(const Params& p, CtaWork& w) {
   }
   w.n_tiles = (keys + Cfg::kBlockN - 1) / Cfg::kBlockN - w.first_tile;
   w.order_first = w.order_base = w.first_tile;
-  w.order_step = 1;  // forward
+  w.order_step = 1;       // forward
   if (p.kv_order == 1) {  // reverse: the diagonal first
     w.order_first += w.n_tiles - 1;
     w.order_base += w.n_tiles - 1;
@@ -258,12 +258,12 @@ __device__ __forceinline__ void produce_k(const Params& p, const CtaWork& w,
 // In a voting CTA a warpgroup that skips a tile never touches its V: this thread reads every
 // warpgroup's verdict on every tile, loads its V only if a warpgroup keeps it (kDropSkippedV),
 // and releases its stage on behalf of the warpgroups that skipped it. One thread serves every
-// tile of the CTA, so its step is kept short: Nsight Compute (run 164) found the former loop
-// (about 150 instructions a tile, three mbarrier waits) busy for 90% of a voting CTA's life at
-// 98.6% skipped, and the K thread waiting on its verdict slots. A stage whose last tile someone
-// kept is reused once that warpgroup has freed it after its P V, which waited for the copy to
-// land; a stage whose last tile nobody kept held no copy (kDropSkippedV) and was freed by this
-// thread's own arrivals, so it needs no wait at all.
+// tile of the CTA, so its step is kept short: a step of about 150 instructions and three mbarrier
+// waits kept it busy for 80% of a voting CTA's life at 98.6% skipped and held the K thread on its
+// verdict slots (Nsight Compute, run 164). A stage whose last tile someone kept is reused once
+// that warpgroup has freed it after its P V, which waited for the copy to land; a stage whose
+// last tile nobody kept held no copy (kDropSkippedV) and was freed by this thread's own
+// arrivals, so it needs no wait at all.
 template <int kHeadDim>
 __device__ __forceinline__ void produce_v(const Params& p, const CtaWork& w,
                                           SharedStorage<kHeadDim>& s) {
