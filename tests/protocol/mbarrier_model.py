@@ -35,15 +35,15 @@ def wait(barrier, parity):
         yield
 
 
-def run_interleaved(actors, in_flight, land, rng, steps):
+def run_interleaved(actors, in_flight, land, rng, steps, land_p=0.3):
     """Runs the coroutines `actors` (name -> generator) one random step at a time; a copy of
-    `in_flight` lands (land(copy)) with probability 0.3 a step. Returns None once every actor
+    `in_flight` lands (land(copy)) with probability land_p a step. Returns None once every actor
     has finished, an assertion's message, or "deadlock" after `steps` steps."""
     finished = set()
     for _ in range(steps):
         if len(finished) == len(actors):
             return None
-        if in_flight and rng.random() < 0.3:
+        if in_flight and rng.random() < land_p:
             land(in_flight.pop(rng.randrange(len(in_flight))))
             continue
         name = rng.choice([a for a in actors if a not in finished])
