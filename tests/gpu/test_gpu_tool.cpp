@@ -19,15 +19,20 @@ namespace fs = std::filesystem;
 
 // The tool sits beside the tests folder of the build (build/skipsoftmax, build/tests/...); found
 // from this executable so that a build folder can be carried to another machine.
+fs::path tool_path() {
+  return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "skipsoftmax";
+}
+
 int run_tool(const std::string& args) {
-  const fs::path tool =
-      fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "skipsoftmax";
-  const std::string command = tool.string() + " attend " + args + " > /dev/null 2>&1";
+  const std::string command = tool_path().string() + " attend " + args + " > /dev/null 2>&1";
   return std::system(command.c_str());
 }
 
 TEST(GpuTool, AttendCudaMatchesTheCpuReference) {
   if (!hopper_gpu_available()) GTEST_SKIP() << "no Hopper GPU on this machine";
+  // A test binary carried without the tool would otherwise fail on the shell's exit status 127.
+  ASSERT_TRUE(fs::exists(tool_path()))
+      << "the skipsoftmax tool is not at " << tool_path() << " (beside the build's tests folder)";
   const fs::path dir =
       fs::temp_directory_path() / ("skipsoftmax_gpu_tool_" + std::to_string(getpid()));
   fs::create_directories(dir);
