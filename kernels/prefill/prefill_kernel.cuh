@@ -258,7 +258,7 @@ __device__ __forceinline__ void produce_k(const Params& p, const CtaWork& w,
 // In a voting CTA a warpgroup that skips a tile never touches its V: this thread reads every
 // warpgroup's verdict on every tile, loads its V only if a warpgroup keeps it (kDropSkippedV),
 // and releases its stage on behalf of the warpgroups that skipped it. One thread serves every
-// tile of the CTA, so its step is kept short: a step of about 150 instructions and three mbarrier
+// tile of the CTA, so its step is kept short: a step of about 110 instructions and three mbarrier
 // waits kept it busy for 80% of a voting CTA's life at 98.6% skipped and held the K thread on its
 // verdict slots (Nsight Compute, run 164). A stage whose last tile someone kept is reused once
 // that warpgroup has freed it after its P V, which waited for the copy to land; a stage whose
