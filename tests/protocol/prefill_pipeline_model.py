@@ -83,14 +83,14 @@ def simulate(n_tiles, seed, mode, K_STAGES=3, SLOTS=8, READY=8, groups=2):
             return [wg for wg in range(groups) if not verdict[slot][wg]]
 
         every = list(range(groups))
-        kept_last, kept_before = every, every  # keepers of positions pos - 1 and pos - 2
+        keepers = []  # the warpgroups that keep each position so far
         for pos in range(n_tiles):
             stage = pos % V_STAGES
             if pos >= V_STAGES:
                 kept = every  # keepers of the stage's last tile
                 if vote:
                     if mode == "drop":
-                        kept = kept_before
+                        kept = keepers[pos - V_STAGES]
                     else:
                         kept = yield from read_keepers(pos - V_STAGES)
                     # The warpgroups that skipped it release the stage through this thread.
@@ -111,7 +111,7 @@ def simulate(n_tiles, seed, mode, K_STAGES=3, SLOTS=8, READY=8, groups=2):
                 in_flight.append(("v", stage, pos))
             else:
                 v_ready[pos % READY].arrive()
-            kept_before, kept_last = kept_last, keep
+            keepers.append(keep)
 
     def consumer(wg):
         if not vote:
