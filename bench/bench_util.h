@@ -6,16 +6,14 @@
 #include <algorithm>
 #include <functional>
 #include <stdexcept>
-#include <string>
 #include <vector>
+
+#include "../kernels/common/host_buffer.h"
 
 namespace skipsoftmax::bench {
 
-inline void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-  }
-}
+// common::check_cuda, named for the benchmarks.
+inline void check(cudaError_t err, const char* what) { common::check_cuda(err, "benchmark", what); }
 
 inline cudaDeviceProp device_properties() {
   cudaDeviceProp prop{};
