@@ -167,22 +167,55 @@ TEST(Threshold, FlatRejectsLambdaOutsideUnitInterval) {
 
 TEST(Dispatch, InitialPrefillBelowAndAtFirstSkippableLength) {
   const Threshold t = Threshold::table(two_row_table());  // first skippable length 2049
-  EXPECT_EQ(choose_prefill_kernel(t, 2048, false), KernelChoice::kDense);
-  EXPECT_EQ(choose_prefill_kernel(t, 2049, false), KernelChoice::kSkip);
-  EXPECT_EQ(choose_prefill_kernel(t, 100000, false), KernelChoice::kSkip);
+  for (int batch : {1, 3}) {
+    EXPECT_EQ(choose_prefill_kernel(t, 2048, false, batch), KernelChoice::kDense) << batch;
+    EXPECT_EQ(choose_prefill_kernel(t, 2049, false, batch), KernelChoice::kSkip) << batch;
+    EXPECT_EQ(choose_prefill_kernel(t, 100000, false, batch), KernelChoice::kSkip) << batch;
+  }
 }
 
-TEST(Dispatch, WithHistoryTheSkipKernelGuardsEachSequence) {
+TEST(Dispatch, WithHistoryALargerBatchGuardsEachSequenceOnTheDevice) {
   const Threshold t = Threshold::table(two_row_table());
-  EXPECT_EQ(choose_prefill_kernel(t, 16, true), KernelChoice::kSkip);
-  EXPECT_EQ(choose_prefill_kernel(Threshold::flat(0.1), 1, true), KernelChoice::kSkip);
+  EXPECT_EQ(choose_prefill_kernel(t, 16, true, 2), KernelChoice::kSkip);
+  EXPECT_EQ(choose_prefill_kernel(Threshold::flat(0.1), 1, true, 2), KernelChoice::kSkip);
+}
+
+// [1024, 4096) skips (S = 8), [4096, 10000] is guarded (S >= L), longer sequences skip again.
+Threshold table_with_a_guarded_row() {
+  return Threshold::table(ScaleTable({{1024, 8.0}, {4096, 10000.0}, {16384, 64.0}}));
+}
+
+TEST(Dispatch, ABatchOfOneRunsDenseWheneverItsOwnLambdaIsZero) {
+  const Threshold t = table_with_a_guarded_row();
+  for (bool history : {false, true}) {
+    EXPECT_EQ(choose_prefill_kernel(t, 1000, history, 1), KernelChoice::kDense) << history;
+    EXPECT_EQ(choose_prefill_kernel(t, 2000, history, 1), KernelChoice::kSkip) << history;
+    EXPECT_EQ(choose_prefill_kernel(t, 4096, history, 1), KernelChoice::kDense) << history;
+    EXPECT_EQ(choose_prefill_kernel(t, 10000, history, 1), KernelChoice::kDense) << history;
+    EXPECT_EQ(choose_prefill_kernel(t, 20000, history, 1), KernelChoice::kSkip) << history;
+  }
+  EXPECT_EQ(choose_decode_kernel(t, 5000, 1), KernelChoice::kDense);
+  EXPECT_EQ(choose_decode_kernel(t, 20000, 1), KernelChoice::kSkip);
+  EXPECT_EQ(choose_decode_kernel(Threshold::flat(0.1), 1, 1), KernelChoice::kSkip);
+  EXPECT_EQ(choose_decode_kernel(Threshold::flat(0.1), 0, 1), KernelChoice::kDense);
+}
+
+TEST(Dispatch, ALargerBatchSeesOnlyItsLongestSequence) {
+  // A shorter sequence of the batch may lie in [1024, 4096), where it skips.
+  const Threshold t = table_with_a_guarded_row();
+  EXPECT_EQ(choose_prefill_kernel(t, 5000, false, 2), KernelChoice::kSkip);
+  EXPECT_EQ(choose_decode_kernel(t, 5000, 2), KernelChoice::kSkip);
+  EXPECT_EQ(choose_decode_kernel(t, 1000, 64), KernelChoice::kDense);
 }
 
 TEST(Dispatch, DensePolicyAlwaysRunsTheDenseKernel) {
   for (bool history : {false, true}) {
-    EXPECT_EQ(choose_prefill_kernel(Threshold::dense(), 1 << 20, history), KernelChoice::kDense);
-    const Threshold never = Threshold::table(ScaleTable({{1, 1e300}}));
-    EXPECT_EQ(choose_prefill_kernel(never, 1 << 20, history), KernelChoice::kDense);
+    for (int batch : {1, 2}) {
+      EXPECT_EQ(choose_prefill_kernel(Threshold::dense(), 1 << 20, history, batch),
+                KernelChoice::kDense);
+      const Threshold never = Threshold::table(ScaleTable({{1, 1e300}}));
+      EXPECT_EQ(choose_prefill_kernel(never, 1 << 20, history, batch), KernelChoice::kDense);
+    }
   }
 }
 

@@ -34,7 +34,7 @@ int multiprocessors() {
 }
 
 KernelChoice kernel_for(const DecodeArguments& a) {
-  return a.force_kernel.value_or(choose_decode_kernel(a.threshold, a.max_seq_len));
+  return a.force_kernel.value_or(choose_decode_kernel(a.threshold, a.max_seq_len, a.batch));
 }
 
 // CTAs of the kernel family a launch runs that one multiprocessor holds at once, from the

@@ -16,8 +16,8 @@ int main() {
   const Threshold table = Threshold::table(ScaleTable({{4096, 8.0}, {8192, 12.0}}));
   check(table.lambda_for(4095) == 0.0, "the guard below the first bin");
   check(table.lambda_for(6144) == 8.0 / 6144, "lambda = S / L");
-  check(choose_decode_kernel(table, 4000) == KernelChoice::kDense, "dense below the first bin");
-  check(choose_decode_kernel(table, 5000) == KernelChoice::kSkip, "skip from the first bin");
+  check(choose_decode_kernel(table, 4000, 8) == KernelChoice::kDense, "dense below the first bin");
+  check(choose_decode_kernel(table, 5000, 8) == KernelChoice::kSkip, "skip from the first bin");
   bool refused = false;
   try {
     ScaleTable({{8192, 8.0}, {4096, 12.0}});

@@ -258,6 +258,17 @@ TEST(GpuDecode, PerLengthTableAndDispatch) {
   expect_stats_agree(r, st, "table");
   const Case short_batch = make_case(DType::kBF16, 8, 2, 128, 64, {300, 900}, 5);
   EXPECT_EQ(run_gpu(short_batch, th, 1).kernel, KernelChoice::kDense);
+  // A batch of one is dispatched by its own lambda: 6000 in a row with S >= L runs the dense
+  // kernel, with the bits of the skip kernel's guard.
+  const Threshold guarded_row = Threshold::table(ScaleTable({{1024, 2.0}, {4096, 8000.0}}));
+  const Case one = make_case(DType::kBF16, 8, 2, 128, 64, {6000}, 5);
+  const Result dense = run_gpu(one, guarded_row, 2);
+  EXPECT_EQ(dense.kernel, KernelChoice::kDense);
+  const Result guard = run_gpu(one, guarded_row, 2, KernelChoice::kSkip);
+  EXPECT_TRUE(dense.bits == guard.bits);
+  EXPECT_EQ(guard.stats[1], 0u);
+  const Case skippable = make_case(DType::kBF16, 8, 2, 128, 64, {2500}, 5);
+  EXPECT_EQ(run_gpu(skippable, guarded_row, 2).kernel, KernelChoice::kSkip);
 }
 
 TEST(GpuDecode, AutomaticSplitsOnALongContext) {

@@ -223,8 +223,27 @@ TEST(GpuPrefill, DispatchPicksDenseBelowTheFirstSkippableLength) {
   const HostBatch b = make_host_batch(DType::kBF16, 2, 1, 128, {500}, {500}, 3);
   const Threshold th = Threshold::table(ScaleTable({{4096, 10.0}}));
   EXPECT_EQ(run_gpu(b, true, th, KvOrder::kForward).kernel, KernelChoice::kDense);
-  const HostBatch h = make_host_batch(DType::kBF16, 2, 1, 128, {100}, {500}, 3);
+  // With KV history a batch of two cannot tell its shorter sequence's length on the host; a
+  // batch of one is its longest sequence.
+  const HostBatch h = make_host_batch(DType::kBF16, 2, 1, 128, {100, 100}, {500, 300}, 3);
   EXPECT_EQ(run_gpu(h, true, th, KvOrder::kForward).kernel, KernelChoice::kSkip);
+  const HostBatch one = make_host_batch(DType::kBF16, 2, 1, 128, {100}, {500}, 3);
+  EXPECT_EQ(run_gpu(one, true, th, KvOrder::kForward).kernel, KernelChoice::kDense);
+}
+
+// A batch of one in a row whose S >= L runs the dense kernel, with the bits the skip kernel's
+// guard gives.
+TEST(GpuPrefill, DispatchRunsABatchOfOneInAGuardedRowDense) {
+  REQUIRE_HOPPER();
+  const HostBatch b = make_host_batch(DType::kBF16, 4, 2, 128, {3000}, {3000}, 9);
+  const Threshold th = Threshold::table(ScaleTable({{256, 4.0}, {2048, 5000.0}}));
+  const Result r = run_gpu(b, true, th, KvOrder::kSinkThenReverse);
+  EXPECT_EQ(r.kernel, KernelChoice::kDense);
+  const Result guard = run_gpu(b, true, th, KvOrder::kSinkThenReverse, KernelChoice::kSkip);
+  EXPECT_TRUE(r.bits == guard.bits);
+  EXPECT_EQ(guard.stats[1], 0u);
+  const HostBatch shorter = make_host_batch(DType::kBF16, 4, 2, 128, {1500}, {1500}, 9);
+  EXPECT_EQ(run_gpu(shorter, true, th, KvOrder::kSinkThenReverse).kernel, KernelChoice::kSkip);
 }
 
 TEST(GpuPrefill, CanImplementNamesTheProblem) {
