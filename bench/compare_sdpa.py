@@ -202,12 +202,6 @@ def main():
     ours = Ours(args.lib)
     gen = torch.Generator(device="cuda").manual_seed(0)
     rows = []
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
-          f"{torch.backends.cudnn.version()}, {args.dtype}, Hq={args.heads_q} Hkv={args.heads_kv} "
-          f"D={args.head_dim}, {'causal' if causal else 'non-causal'}, median of "
-          f"{args.iters * args.rounds} interleaved")
-    print(f"{'length':>7} {'batch':>5} {'arm':<22} {'ms':>9} {'TFLOPS':>8} {'sparsity':>9} "
-          f"{'vs cuDNN':>9} {'paired IQR':>13} {'err':>9}")
     captured = None
     if args.inputs:
         import numpy as np
@@ -216,6 +210,12 @@ def main():
         args.lengths = [captured[0].shape[0]]
         args.heads_q, args.heads_kv, args.head_dim = (captured[0].shape[1], captured[1].shape[1],
                                                       captured[0].shape[2])
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN "
+          f"{torch.backends.cudnn.version()}, {args.dtype}, Hq={args.heads_q} Hkv={args.heads_kv} "
+          f"D={args.head_dim}, {'causal' if causal else 'non-causal'}, median of "
+          f"{args.iters * args.rounds} interleaved")
+    print(f"{'length':>7} {'batch':>5} {'arm':<22} {'ms':>9} {'TFLOPS':>8} {'sparsity':>9} "
+          f"{'vs cuDNN':>9} {'paired IQR':>13} {'err':>9}")
     for L in args.lengths:
         B = max(1, args.tokens // L) if captured is None else 1
         T = B * L
