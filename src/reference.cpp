@@ -414,9 +414,9 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
     const std::int32_t* pages = kv.page_table.data() + b * kv.max_pages_per_seq;
 
     std::vector<double> qrows;
-    for (int i = 0; i < lq; ++i) {
+    for (int token_index = 0; token_index < lq; ++token_index) {
       const std::vector<double> token =
-          gather_rows(p.q + ((b * lq + i) * hq + kvh * group) * dim, dim, group, dim);
+          gather_rows(p.q + ((b * lq + token_index) * hq + kvh * group) * dim, dim, group, dim);
       qrows.insert(qrows.end(), token.begin(), token.end());
     }
     const auto qrow = [&](int r) { return qrows.data() + static_cast<std::ptrdiff_t>(r) * dim; };

@@ -548,7 +548,9 @@ TEST(ReferenceDecode, VoteCoversTheWholeGroupAndHoldsTheBound) {
     }
     EXPECT_EQ(first_of_split_skipped, 0) << "the first split's first tile sets its running max";
     // Later splits start from the sink's maxima: their first tiles can be skipped.
-    if (splits > 1) EXPECT_GT(seeded_first_skipped, 0);
+    if (splits > 1) {
+      EXPECT_GT(seeded_first_skipped, 0);
+    }
     // tiles_total counts (GQA group, KV tile) pairs.
     EXPECT_EQ(s.tiles_total, 2 * ((2000 + 63) / 64 + (900 + 63) / 64));
   }

@@ -48,7 +48,13 @@ struct Case {
 
 Case make_case(DType t, int hq, int hkv, int dim, int page_size, std::vector<std::int32_t> lens,
                std::uint64_t seed, double noise = 0.75, int q_len = 1) {
-  Case c{t, hq, hkv, dim, page_size, std::move(lens)};
+  Case c;
+  c.dtype = t;
+  c.hq = hq;
+  c.hkv = hkv;
+  c.dim = dim;
+  c.page_size = page_size;
+  c.lens = std::move(lens);
   c.q_len = q_len;
   const std::size_t row = static_cast<std::size_t>(hkv) * dim;
   std::int64_t needed = 0;
