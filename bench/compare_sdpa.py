@@ -184,12 +184,16 @@ def main():
     p.add_argument("--json")
     p.add_argument("--inputs", help="directory with q.npy, k.npy, v.npy [tokens, heads, head_dim] "
                                     "captured from a model (one sequence; --lengths is ignored)")
+    p.add_argument("--input-layers", help="with --inputs: a capture's layers (layerNN_q.npy, ...) "
+                                          "stacked along the head axis, e.g. 0-29 or 5,11,17")
     p.add_argument("--cutlass-fmha", help="path of CUTLASS's 88_hopper_fmha binary (fp16 only)")
     p.add_argument("--cutlass-runs", type=int, default=5, help="runs of the CUTLASS example per length")
     p.add_argument("--cutlass-iterations", type=int, default=20, help="timed calls per CUTLASS run")
     args = p.parse_args()
     if args.rounds < 1 or args.iters < 1:
         p.error("--rounds and --iters must be at least 1")
+    if args.input_layers and not args.inputs:
+        p.error("--input-layers needs --inputs")
     if args.cutlass_fmha and args.inputs:
         p.error("--cutlass-fmha times CUTLASS's example on its own random inputs; it cannot run "
                 "on captured --inputs")
@@ -204,9 +208,9 @@ def main():
     rows = []
     captured = None
     if args.inputs:
-        import numpy as np
-        captured = [torch.from_numpy(np.load(f"{args.inputs}/{t}.npy").astype(np.float32))
-                    for t in ("q", "k", "v")]
+        from captures import load_capture, parse_layers
+        layers = parse_layers(args.input_layers) if args.input_layers else None
+        captured = [torch.from_numpy(x) for x in load_capture(args.inputs, layers)]
         args.lengths = [captured[0].shape[0]]
         args.heads_q, args.heads_kv, args.head_dim = (captured[0].shape[1], captured[1].shape[1],
                                                       captured[0].shape[2])
@@ -307,7 +311,9 @@ def main():
                "cudnn": torch.backends.cudnn.version(), "dtype": args.dtype,
                "heads_q": args.heads_q, "heads_kv": args.heads_kv, "head_dim": args.head_dim,
                "causal": causal, "kv_order": args.kv_order,
-               "inputs": (f"captured from a model: {args.inputs}" if captured is not None else
+               "inputs": (f"captured from a model: {args.inputs}" +
+                          (f", layers {args.input_layers} stacked as heads"
+                           if args.input_layers else "") if captured is not None else
                           "synthetic real-structure (sink 12, band 8, far field 0.75)"),
                "timing": f"median of {args.iters * args.rounds} event-timed calls per arm, arms "
                          f"interleaved over {args.rounds} rounds (odd rounds reversed), after "

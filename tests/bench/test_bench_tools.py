@@ -1,6 +1,7 @@
 """The benchmark tools that need no GPU: the prefill A/B driver (bench/ab_prefill.py) and the
 reader of CUTLASS's example (bench/cutlass_peer.py), against stand-ins for the programs they run,
-and the order statistics of the side-by-side benchmarks (bench/timing_stats.py)."""
+the order statistics of the side-by-side benchmarks (bench/timing_stats.py) and the reader of
+captured Q/K/V (bench/captures.py)."""
 import json
 import os
 import pathlib
@@ -15,6 +16,12 @@ BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 from cutlass_peer import cutlass_fmha_ms  # noqa: E402
 from timing_stats import paired_speedups, quartiles  # noqa: E402
+
+try:
+    import numpy as np
+    from captures import load_capture, parse_layers
+except ImportError:  # numpy absent: the capture reader's tests skip
+    np = None
 
 
 def temp_dir(test):
@@ -205,6 +212,51 @@ class TimingStats(unittest.TestCase):
         self.assertEqual(paired_speedups([2.0, 4.0, 6.0], [2.0, 2.0, 2.0]), (1.5, 2.0, 2.5))
         with self.assertRaisesRegex(ValueError, "3 base calls against 2"):
             paired_speedups([1.0, 1.0, 1.0], [1.0, 1.0])
+
+
+@unittest.skipIf(np is None, "numpy is not installed")
+class Captures(unittest.TestCase):
+    def write_layer(self, folder, layer, hq, hkv, tokens=5, dim=4):
+        # Every element encodes (layer, head): q and k = 100 l + h, v = -(100 l + h).
+        for t, heads, sign in (("q", hq, 1), ("k", hkv, 1), ("v", hkv, -1)):
+            x = np.zeros((tokens, heads, dim), np.float16)
+            for h in range(heads):
+                x[:, h, :] = sign * (100 * layer + h)
+            np.save(folder / f"layer{layer:02d}_{t}.npy", x)
+
+    def test_stacked_layers_keep_each_query_head_with_its_kv_head(self):
+        folder = temp_dir(self)
+        for layer in (5, 11, 17):
+            self.write_layer(folder, layer, hq=6, hkv=2)
+        q, k, v = load_capture(folder, [5, 11, 17])
+        self.assertEqual((q.shape, k.shape, v.shape), ((5, 18, 4), (5, 6, 4), (5, 6, 4)))
+        self.assertEqual(q.dtype, np.float32)
+        g = q.shape[1] // k.shape[1]
+        for h in range(q.shape[1]):
+            layer, head = divmod(int(q[0, h, 0]), 100)
+            kv_layer, kv_head = divmod(int(k[0, h // g, 0]), 100)
+            self.assertEqual((kv_layer, kv_head), (layer, head // 3))
+        self.assertTrue((v == -k).all())
+
+    def test_plain_triple_and_bad_stacks(self):
+        folder = temp_dir(self)
+        for t in ("q", "k", "v"):
+            np.save(folder / f"{t}.npy", np.ones((3, 2, 4), np.float16))
+        self.assertEqual([x.shape for x in load_capture(folder)], [(3, 2, 4)] * 3)
+        self.write_layer(folder, 0, hq=6, hkv=2)
+        self.write_layer(folder, 1, hq=6, hkv=3)
+        with self.assertRaisesRegex(ValueError, "differ in shape"):
+            load_capture(folder, [0, 1])
+        with self.assertRaises(FileNotFoundError):
+            load_capture(folder, [0, 2])
+
+    def test_layer_lists(self):
+        self.assertEqual(parse_layers("0-3"), [0, 1, 2, 3])
+        self.assertEqual(parse_layers("5,11,17"), [5, 11, 17])
+        self.assertEqual(parse_layers("0-1,7"), [0, 1, 7])
+        for bad in ("3-1", "a", "1-", "-2", ""):
+            with self.assertRaises(ValueError, msg=bad):
+                parse_layers(bad)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,40 @@
+"""Q/K/V captured by `skipsoftmax capture`, read for the side-by-side benchmark.
+
+A capture directory holds q.npy, k.npy, v.npy ([tokens, heads, head_dim]) or one triple per layer
+(layerNN_q.npy, ...). Layers stack along the head axis, so that a launch holds a whole model's
+attention on one text: with g = Hq / Hkv query heads a KV head in every layer, query head j of the
+i-th stacked layer lands at i * Hq + j and its KV head at i * Hkv + j // g, where the kernels'
+(and SDPA's) head // g rule finds it.
+"""
+import numpy as np
+
+
+def load_capture(directory, layers=None):
+    """[q, k, v] as float32 arrays: the directory's q/k/v.npy, or its `layers` stacked."""
+    if not layers:
+        return [np.load(f"{directory}/{t}.npy").astype(np.float32) for t in ("q", "k", "v")]
+    out = []
+    for t in ("q", "k", "v"):
+        parts = [np.load(f"{directory}/layer{layer:02d}_{t}.npy") for layer in layers]
+        shapes = {p.shape for p in parts}
+        if len(shapes) != 1:
+            raise ValueError(f"{directory}: the layers' {t}.npy differ in shape: {sorted(shapes)}")
+        out.append(np.concatenate(parts, axis=1).astype(np.float32))
+    if out[0].shape[1] % out[1].shape[1]:
+        raise ValueError(f"{directory}: {out[0].shape[1]} query heads are not a multiple of "
+                         f"{out[1].shape[1]} KV heads")
+    return out
+
+
+def parse_layers(text):
+    """'0-29' or '5,11,17' (or a mix) -> a list of layer indices in the order given."""
+    layers = []
+    for part in text.split(","):
+        first, dash, last = part.partition("-")
+        if not first.strip().isdigit() or (dash and not last.strip().isdigit()):
+            raise ValueError(f"--input-layers: '{part}' is not a layer or a range like 0-29")
+        a, b = int(first), int(last) if dash else int(first)
+        if b < a:
+            raise ValueError(f"--input-layers: the range '{part}' runs backwards")
+        layers.extend(range(a, b + 1))
+    return layers
