@@ -7,7 +7,9 @@ One new token per sequence, or with --q-len N the N new tokens of a speculative 
 (N x G <= 16, G = Hq / Hkv): they are already in the cache of L tokens, token i at L - N + i seeing
 the keys up to it (causal, bottom-right aligned). The KV cache holds real-structure attention (an
 attention sink, a rotary-like band, a Gaussian far field: the recipe of src/synthetic.cpp) on
-shuffled pages. SDPA gets the same K/V as contiguous [B, Hkv, L, D] tensors and the N x G query
+shuffled pages, or with --inputs the K/V a model wrote on a real text (`skipsoftmax capture`,
+layers stacked as heads with --input-layers; bench/captures.py), each query that of its
+sequence's last token. SDPA gets the same K/V as contiguous [B, Hkv, L, D] tensors and the N x G query
 rows of each GQA group packed token-major ([B, Hkv, N G, D], row r: token r / G, head r % G, our
 kernel's order), so that it too reads each K/V byte once. With N > 1 the rows need causal limits
 of their own: cuDNN gets them as an additive [N G, L] bias; FlashAttention takes no mask, so it
@@ -401,6 +403,13 @@ def main():
     p.add_argument("--same-heads", action="store_true",
                    help="every KV head's K and its query group copies of the first: the same "
                         "sparsity in every head (a diagnosis of the imbalance between heads)")
+    p.add_argument("--inputs",
+                   help="a capture directory (skipsoftmax capture): the cache of every sequence "
+                        "holds the capture's first L tokens, and its query is the capture's q "
+                        "of the last (L of each --configs entry; heads and head dim from the "
+                        "capture)")
+    p.add_argument("--input-layers", help="with --inputs: the capture's layers stacked along the "
+                                          "head axis, e.g. 0-29 or 5,11,17")
     p.add_argument("--json")
     args = p.parse_args()
 
@@ -411,6 +420,15 @@ def main():
                 "--warm-metadata")
     if args.warm_metadata and args.flush_mb <= 0:
         p.error("--warm-metadata reads the metadata back after the flush: give --flush-mb > 0")
+    if args.input_layers and not args.inputs:
+        p.error("--input-layers needs --inputs")
+    captured = None
+    if args.inputs:
+        from captures import load_capture, parse_layers
+        layers = parse_layers(args.input_layers) if args.input_layers else None
+        captured = [torch.from_numpy(x) for x in load_capture(args.inputs, layers)]
+        args.heads_q, args.heads_kv, args.head_dim = (captured[0].shape[1], captured[1].shape[1],
+                                                      captured[0].shape[2])
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     hq, hkv, d, ps, lq = args.heads_q, args.heads_kv, args.head_dim, args.page_size, args.q_len
     g = hq // hkv
@@ -421,6 +439,9 @@ def main():
     configs = [tuple(int(x) for x in cfg.split("x")) for cfg in args.configs]
     if any(L < lq for _, L in configs):
         p.error(f"--q-len {lq}: every length in --configs must hold the {lq} new tokens")
+    if captured is not None and any(L > captured[0].shape[0] for _, L in configs):
+        p.error(f"--inputs holds {captured[0].shape[0]} tokens: every length in --configs must "
+                "be at most that")
     ours = Ours(args.lib)
     base = Ours(args.compare_lib) if args.compare_lib else None
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -441,11 +462,15 @@ def main():
     for B, L in configs:
         pages_per_seq = (L + ps - 1) // ps
         n_pages = B * pages_per_seq
-        positions = torch.arange(L, device="cuda").repeat(B)
-        k = structured(positions, hkv, d, "k", gen).to(dtype)  # [B * L, Hkv, D]
-        v = structured(positions, hkv, d, "v", gen).to(dtype)
-        # The new tokens are the cache's last q_len: token i of each sequence at L - q_len + i.
-        q = structured(torch.arange(L - lq, L, device="cuda").repeat(B), hq, d, "q", gen)
+        if captured is None:
+            positions = torch.arange(L, device="cuda").repeat(B)
+            k = structured(positions, hkv, d, "k", gen).to(dtype)  # [B * L, Hkv, D]
+            v = structured(positions, hkv, d, "v", gen).to(dtype)
+            # The new tokens are the cache's last q_len: token i of each sequence at L - q_len + i.
+            q = structured(torch.arange(L - lq, L, device="cuda").repeat(B), hq, d, "q", gen)
+        else:  # every sequence the capture's first L tokens
+            k, v = (x[:L].to("cuda", dtype).repeat(B, 1, 1) for x in captured[1:])
+            q = captured[0][L - lq:L].to("cuda").repeat(B, 1, 1)
         q = q.to(dtype).view(B, lq, hq, d)
         if args.same_heads:  # every KV head (and its query group) a copy of the first
             k = k[:, :1].expand(-1, hkv, -1).contiguous()
@@ -627,7 +652,11 @@ def main():
                "compare_lib": args.compare_lib,
                "heads_q": hq, "heads_kv": hkv, "head_dim": d, "page_size": ps, "q_len": lq,
                "copy_bytes_per_s": copy_bps, "read_bytes_per_s": read_bps,
-               "inputs": "synthetic real-structure (sink 12, band 8, far field 0.75), " +
+               "inputs": (f"captured from a model: {args.inputs}" +
+                          (f", layers {args.input_layers} stacked as heads"
+                           if args.input_layers else "") + "; every sequence its first L tokens, "
+                          if captured is not None else
+                          "synthetic real-structure (sink 12, band 8, far field 0.75), ") +
                          ("query at the last position" if lq == 1 else
                           f"queries at the last {lq} positions, causal among them"),
                "kv_bytes": "K and V read once: 2 x batch x length x heads_kv x head_dim x 2 "
