@@ -301,11 +301,12 @@ TEST(GpuDecode, SkipLaunchesSplitFinerThanDenseOnes) {
   }
   cudaGetLastError();
   if (sms != 132) GTEST_SKIP() << "the expected counts are for 132 multiprocessors";
-  const auto splits = [](int batch, int len, const Threshold& th, int head_dim = 128) {
+  const auto splits = [](int batch, int len, const Threshold& th, int head_dim = 128,
+                         int heads_kv = 8) {
     DecodeArguments a;
     a.head_dim = head_dim;
-    a.num_heads_q = 32;
-    a.num_heads_kv = 8;
+    a.num_heads_q = 4 * heads_kv;
+    a.num_heads_kv = heads_kv;
     a.batch = batch;
     a.max_seq_len = len;
     a.threshold = th;
@@ -337,6 +338,12 @@ TEST(GpuDecode, SkipLaunchesSplitFinerThanDenseOnes) {
   EXPECT_EQ(splits(8, 32768, dense, 64), 4);  // one wave at two a multiprocessor
   EXPECT_EQ(splits(8, 32768, skip, 64), 6);   // 8 would fill 65% of 2 waves, 6 97% of one
   EXPECT_EQ(splits(64, 4096, skip), 1);
+  // 90 (sequence, KV head) pairs (30 sequences of SmolLM2's 3 KV heads): two CTAs a multiprocessor
+  // rounded down give 2 splits, 180 CTAs; at head dim 64 three fit, and 3 splits fill them better.
+  EXPECT_EQ(splits(30, 8192, dense, 64, 3), 3);
+  EXPECT_EQ(splits(30, 8192, skip, 64, 3), 3);
+  EXPECT_EQ(splits(30, 8192, dense, 128, 3), 2);  // two a multiprocessor at most: one wave
+  EXPECT_EQ(splits(16, 32768, dense, 64, 1), 16);  // 256 CTAs fill the wave of two a multiprocessor
   DecodeArguments forced;
   forced.batch = 64;
   forced.max_seq_len = 32768;
