@@ -341,7 +341,10 @@ TEST(GpuDecode, SkipLaunchesSplitFinerThanDenseOnes) {
   // 90 (sequence, KV head) pairs (30 sequences of SmolLM2's 3 KV heads): two CTAs a multiprocessor
   // rounded down give 2 splits, 180 CTAs; at head dim 64 three fit, and 3 splits fill them better.
   EXPECT_EQ(splits(30, 8192, dense, 64, 3), 3);
-  EXPECT_EQ(splits(30, 8192, skip, 64, 3), 3);
+  EXPECT_EQ(splits(30, 8192, skip, 64, 3), 4);  // skip launches fill all three: 360 CTAs
+  EXPECT_EQ(splits(1, 32768, skip, 64), 47);      // 11 tiles a split, against dense's 32 of 16
+  EXPECT_EQ(splits(2, 32768, skip, 64), 24);
+  EXPECT_EQ(splits(1, 8192, skip, 64), 16);  // three a multiprocessor would leave 4 tiles a split
   EXPECT_EQ(splits(30, 8192, dense, 128, 3), 2);  // two a multiprocessor at most: one wave
   EXPECT_EQ(splits(16, 32768, dense, 64, 1), 16);  // 256 CTAs fill the wave of two a multiprocessor
   DecodeArguments forced;
