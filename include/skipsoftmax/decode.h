@@ -32,7 +32,9 @@ struct DecodeArguments {
   PagedKv kv;                          // the cache, already holding the new tokens' K and V
   const std::int32_t* seq_lens = nullptr;  // device, [batch]: cached tokens, the new ones included
   int batch = 0;
-  int max_seq_len = 0;  // the longest seq_lens entry: sizes the split and drives the dispatch
+  // The longest seq_lens entry, exactly: sizes the split and drives the dispatch (a batch of one
+  // runs the dense kernel when the lambda of this length is 0).
+  int max_seq_len = 0;
   int num_heads_q = 0;
   int num_heads_kv = 0;
   std::optional<double> softmax_scale;  // default 1 / sqrt(head_dim)

@@ -33,8 +33,10 @@ struct PrefillArguments {
   int batch = 0;
   std::int64_t total_q = 0;
   std::int64_t total_k = 0;
-  int max_seqlen_q = 0;     // the longest query chunk of the batch
-  int max_seqlen_k = 0;     // the longest KV of the batch: the dispatch rule reads it
+  int max_seqlen_q = 0;  // the longest query chunk of the batch
+  // The longest KV of the batch, exactly: the dispatch rule reads it (a batch of one runs the
+  // dense kernel when the lambda of this length is 0).
+  int max_seqlen_k = 0;
   bool kv_history = false;  // some sequence has kv_len > q_len (chunked prefill)
   int num_heads_q = 0;
   int num_heads_kv = 0;
