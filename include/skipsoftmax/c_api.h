@@ -25,7 +25,7 @@ typedef struct skipsoftmax_prefill_args {
   int64_t total_q;
   int64_t total_k;
   int max_seqlen_q;
-  int max_seqlen_k;
+  int max_seqlen_k; /* the longest KV length, exactly: a batch of one is dispatched by it */
   int kv_history; /* some sequence has kv_len > q_len */
   int num_heads_q;
   int num_heads_kv;
@@ -63,7 +63,7 @@ typedef struct skipsoftmax_decode_args {
   int max_pages_per_seq;
   const int32_t* seq_lens;   /* [batch] */
   int batch;
-  int max_seq_len;
+  int max_seq_len; /* the longest seq_lens entry, exactly: it drives splits and dispatch */
   int num_heads_q;
   int num_heads_kv;
   double softmax_scale; /* <= 0: 1 / sqrt(head_dim) */
