@@ -26,6 +26,16 @@ def load_capture(directory, layers=None):
     return out
 
 
+def load_capture_option(directory, layers_text):
+    """The benchmarks' --inputs and --input-layers: [q, k, v] as load_capture gives them, and the
+    words that name them in a JSON."""
+    layers = parse_layers(layers_text) if layers_text else None
+    words = f"captured from a model: {directory}"
+    if layers_text:
+        words += f", layers {layers_text} stacked as heads"
+    return load_capture(directory, layers), words
+
+
 def parse_layers(text):
     """'0-29' or '5,11,17' (or a mix) -> a list of layer indices in the order given."""
     layers = []

@@ -208,9 +208,9 @@ def main():
     rows = []
     captured = None
     if args.inputs:
-        from captures import load_capture, parse_layers
-        layers = parse_layers(args.input_layers) if args.input_layers else None
-        captured = [torch.from_numpy(x) for x in load_capture(args.inputs, layers)]
+        from captures import load_capture_option
+        arrays, inputs_words = load_capture_option(args.inputs, args.input_layers)
+        captured = [torch.from_numpy(x) for x in arrays]
         args.lengths = [captured[0].shape[0]]
         args.heads_q, args.heads_kv, args.head_dim = (captured[0].shape[1], captured[1].shape[1],
                                                       captured[0].shape[2])
@@ -311,9 +311,7 @@ def main():
                "cudnn": torch.backends.cudnn.version(), "dtype": args.dtype,
                "heads_q": args.heads_q, "heads_kv": args.heads_kv, "head_dim": args.head_dim,
                "causal": causal, "kv_order": args.kv_order,
-               "inputs": (f"captured from a model: {args.inputs}" +
-                          (f", layers {args.input_layers} stacked as heads"
-                           if args.input_layers else "") if captured is not None else
+               "inputs": (inputs_words if captured is not None else
                           "synthetic real-structure (sink 12, band 8, far field 0.75)"),
                "timing": f"median of {args.iters * args.rounds} event-timed calls per arm, arms "
                          f"interleaved over {args.rounds} rounds (odd rounds reversed), after "

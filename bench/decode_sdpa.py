@@ -424,9 +424,9 @@ def main():
         p.error("--input-layers needs --inputs")
     captured = None
     if args.inputs:
-        from captures import load_capture, parse_layers
-        layers = parse_layers(args.input_layers) if args.input_layers else None
-        captured = [torch.from_numpy(x) for x in load_capture(args.inputs, layers)]
+        from captures import load_capture_option
+        arrays, inputs_words = load_capture_option(args.inputs, args.input_layers)
+        captured = [torch.from_numpy(x) for x in arrays]
         args.heads_q, args.heads_kv, args.head_dim = (captured[0].shape[1], captured[1].shape[1],
                                                       captured[0].shape[2])
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
@@ -652,9 +652,7 @@ def main():
                "compare_lib": args.compare_lib,
                "heads_q": hq, "heads_kv": hkv, "head_dim": d, "page_size": ps, "q_len": lq,
                "copy_bytes_per_s": copy_bps, "read_bytes_per_s": read_bps,
-               "inputs": (f"captured from a model: {args.inputs}" +
-                          (f", layers {args.input_layers} stacked as heads"
-                           if args.input_layers else "") + "; every sequence its first L tokens, "
+               "inputs": (inputs_words + "; every sequence its first L tokens, "
                           if captured is not None else
                           "synthetic real-structure (sink 12, band 8, far field 0.75), ") +
                          ("query at the last position" if lq == 1 else

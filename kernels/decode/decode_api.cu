@@ -130,8 +130,8 @@ int decode_num_splits(const DecodeArguments& a) {
   if (per_sm > 1 && splits > 1 && n_tiles / splits < 8) splits = one_wave(1);
   // Rounded down, two CTAs a multiprocessor can leave many with one: 90 (sequence, KV head) pairs
   // get 2 splits, 180 CTAs on 132 SMs. Where the kernel holds three (head dim 64) and that wave is
-  // under three quarters full, one split more, 270 CTAs, ran 1.20x faster dense and 1.27x skip
-  // (run 190: SmolLM2's 30 layers at 1 x 8k).
+  // under three quarters full, one split more, 270 CTAs, ran 1.20x faster (run 190: SmolLM2's 30
+  // layers at 1 x 8k).
   if (per_sm > 2 && 4 * ctas * splits < 3 * 2 * multiprocessors() && ctas * (splits + 1) <= slots &&
       splits < most) {
     splits = fewest(splits + 1);
@@ -157,8 +157,10 @@ int decode_num_splits(const DecodeArguments& a) {
     // A skip split reads little V, so its CTA waits on its own chain of votes more than on DRAM:
     // at head dim 64 a wave of all three CTAs a multiprocessor holds, 8 tiles a split or more, ran
     // 1.05-1.18x faster than the dense count (run 190: 1 and 2 x 32k, and 1 x 8k with 90 KV heads).
-    const int full = one_wave(per_sm);
-    if (per_sm > 2 && n_tiles / full >= 8) splits = std::max(splits, full);
+    if (per_sm > 2) {
+      const int full = one_wave(per_sm);
+      if (n_tiles / full >= 8) splits = std::max(splits, full);
+    }
   }
   return std::clamp(splits, 1, kMaxSplits);
 }

@@ -230,8 +230,7 @@ def simulate(n_tiles, seed, mode, K_STAGES=3, SLOTS=8, READY=8, groups=2):
 
     actors = {"k": k_producer(), "v": v_producer()}
     actors.update({f"wg{g}": consumer(g) for g in range(groups)})
-    # Slow copies as well: a copy nobody waits for must still be in flight when its stage comes
-    # round again for a missing wait to show.
+    # Copies land quickly or slowly (the docstring says why).
     return run_interleaved(actors, in_flight, land, rng, 500000, rng.choice([0.3, 0.03]))
 
 
