@@ -129,7 +129,14 @@ struct Epilogue {
   float m_run[kMaxGroup];          // the split's final running maximum (raw scores), for its lse
   float l[kKeySlices][kMaxGroup];  // the key slices' partial row sums
 };
-static_assert(sizeof(float) * kKeySlices * kMaxGroup * 256 <= sizeof(SharedStorage<256>::k),
+// A row of a key slice's partial output in the K stages after the loop: 8 floats longer than the
+// row, so that the 8 rows a warp stores at once start 8 banks apart. With rows of exactly 64, 128
+// or 256 floats (multiples of the 32 banks) those stores conflicted 8 ways: ~0.5 us of a CTA's
+// epilogue at head dim 128, ~1 us at 256 (run 194).
+template <int kHeadDim>
+inline constexpr int kRedStride = kHeadDim + 8;
+static_assert(sizeof(float) * kKeySlices * kMaxGroup * kRedStride<256> <=
+                  sizeof(SharedStorage<256>::k),
               "the partial outputs fit the K stages");
 static_assert(sizeof(Epilogue) <= sizeof(SharedStorage<64>::v), "the epilogue fits the V stages");
 static_assert(2 * (sizeof(SharedStorage<128>) + 1024) <= 228 * 1024,
@@ -464,7 +471,8 @@ struct DecodeCta {
   // split) or the split's output and log2-sum-exp.
   __device__ void store(int skipped) {
     __syncthreads();  // every warp is done with the stages
-    auto* red = reinterpret_cast<float*>(s.k);  // [kKeySlices][kMaxGroup][kHeadDim]
+    auto* red = reinterpret_cast<float*>(s.k);  // [kKeySlices][kMaxGroup][kRedStride]
+    constexpr int kStride = kRedStride<kHeadDim>;
     Epilogue& e = *reinterpret_cast<Epilogue*>(s.v);
     if (warp == 0 && lane % 4 == 0) {
       e.m_run[lane / 4] = m_run[0];
@@ -480,7 +488,7 @@ struct DecodeCta {
 #pragma unroll
       for (int nb = 0; nb < Cfg::kCols / 8; ++nb) {
         const int col = col0 + 8 * nb + 2 * (lane % 4);
-        *reinterpret_cast<float2*>(&red[(slice * kMaxGroup + r0 + 8 * i) * kHeadDim + col]) =
+        *reinterpret_cast<float2*>(&red[(slice * kMaxGroup + r0 + 8 * i) * kStride + col]) =
             make_float2(o[nb][2 * i], o[nb][2 * i + 1]);
       }
     }
@@ -495,7 +503,7 @@ struct DecodeCta {
       for (int k = 0; k < kKeySlices; ++k) {
         sum += e.l[k][row];
         const float2 part =
-            *reinterpret_cast<const float2*>(&red[(k * kMaxGroup + row) * kHeadDim + col]);
+            *reinterpret_cast<const float2*>(&red[(k * kMaxGroup + row) * kStride + col]);
         x0 += part.x;
         x1 += part.y;
       }
