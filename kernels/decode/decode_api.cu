@@ -260,6 +260,7 @@ KernelChoice run_decode(const DecodeArguments& a, void* workspace, void* stream)
   p.page_table = a.kv.page_table;
   p.seq_lens = a.seq_lens;
   p.max_pages_per_seq = a.kv.max_pages_per_seq;
+  p.max_seq_len = a.max_seq_len;
   p.page_shift = std::countr_zero(static_cast<unsigned>(a.kv.page_size));
   p.num_heads_q = a.num_heads_q;
   p.num_heads_kv = a.num_heads_kv;

@@ -33,8 +33,8 @@
 // splits' outputs by log-sum-exp. The CPU reference (reference_decode with tile_k = kTileK,
 // forward order, the same num_splits) emulates all of it.
 //
-// Rows of the last tile past the sequence are loaded from its last slice (the page table is never
-// read past the sequence; unused slots may hold anything, NaN included): their scores are masked,
+// Rows of the last tile past the sequence are loaded from its last slice (no cache row past the
+// sequence is read; unused slots may hold anything, NaN included): their scores are masked,
 // and their V rows are zeroed before P V, since P = 0 times NaN is NaN.
 #pragma once
 
@@ -68,6 +68,7 @@ struct Params {
   const int* page_table;  // [batch, max_pages_per_seq]
   const int* seq_lens;    // [batch]
   int max_pages_per_seq;
+  int max_seq_len;  // the batch's longest KV length (every sequence's at batch 1)
   int page_shift;  // log2(page_size)
   int num_heads_q, num_heads_kv, group;
   int q_len;  // new tokens per sequence; q_len * group <= kMaxGroup
@@ -178,10 +179,11 @@ struct DecodeCta {
 
   // The cache row (page slot) of this warp's first key of tile `tile`: pages hold at least 16
   // keys and start at multiples of their size, so the slice's 16 keys are consecutive rows of one
-  // page. Past the sequence, the sequence's last slice (its rows are masked or zeroed): the page
-  // table is never read past the sequence. Looked up an iteration before the copies that need it
-  // and kept for the tile's V: a page-table read is an L2 round trip, which in the copy's
-  // address would stall the whole iteration behind it.
+  // page. Past the sequence, the sequence's last slice (its rows are masked or zeroed): no page
+  // past the sequence is copied from (the prologue's guess of a longer length may read its page
+  // table row further, up to max_seq_len, and drops what it read). Looked up an iteration before
+  // the copies that need it and kept for the tile's V: a page-table read is an L2 round trip,
+  // which in the copy's address would stall the whole iteration behind it.
   __device__ int slice_row(int tile) const {
     static_assert(kMinPageSize >= kSliceKeys, "a key slice lies in one page");
     const int token = min(tile * kTileK + kSliceKeys * slice, (kv_len - 1) / kSliceKeys * kSliceKeys);
@@ -527,6 +529,24 @@ struct DecodeCta {
     }
   }
 
+  // For KV length `len`: kv_len, the split's tiles (tile_begin, n_tiles) and the cache rows of
+  // its first kAheadK + 1 tiles and of the sink (seed_row; a seeded skip split's only).
+  __device__ void first_rows(int len, int& seed_row, int (&row)[Cfg::kAheadK + 1]) {
+    kv_len = len;
+    // The splits cut the tiles from the one holding the first token's first key, as
+    // reference_decode.
+    const int first_key = p.window > 0 ? max(0, kv_len - p.q_len - p.window + 1) : 0;
+    const int first_tile = first_key / kTileK;
+    int tile_end;
+    split_range((kv_len + kTileK - 1) / kTileK - first_tile, p.num_splits, split, tile_begin,
+                tile_end);
+    tile_begin += first_tile;
+    n_tiles = tile_end + first_tile - tile_begin;
+    seed_row = kSkip && seeded() ? slice_row(0) : 0;
+#pragma unroll
+    for (int j = 0; j <= Cfg::kAheadK; ++j) row[j] = slice_row(tile_begin + j);
+  }
+
   __device__ void run() {
     tid = threadIdx.x;
     warp = tid / 32;
@@ -551,6 +571,18 @@ struct DecodeCta {
     }
     // Q does not depend on the sequence length: its loads are issued while that one is in flight.
     load_q();
+    // The cache rows of the split's first tiles (and of the sink) are requested for the batch's
+    // longest length before the sequence's own has arrived: they are its rows wherever the two
+    // agree (every sequence at batch 1), and a shorter sequence requests its own next. Where the
+    // guess holds, the first K copies wait for one DRAM round trip instead of two (~0.6 us of a
+    // CTA's ~2 us before its first copy, run 194). The rows are read before the lambda lookup and
+    // the barrier, which run while they are in flight (with the barrier first, ptxas placed them
+    // after it in the skip kernel); then K is requested, the sink's first.
+    const int len = p.seq_lens[seq];
+    int seed_row;
+    int row[Cfg::kAheadK + 1];
+    first_rows(p.max_seq_len, seed_row, row);
+    if (len != p.max_seq_len) first_rows(len, seed_row, row);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int row = lane / 4 + 8 * i;
@@ -558,22 +590,6 @@ struct DecodeCta {
       key_hi[i] = row < rows ? last : -1;
       key_lo[i] = p.window > 0 ? max(0, last - p.window + 1) : 0;
     }
-    // The splits cut the tiles from the one holding the first token's first key, as
-    // reference_decode.
-    const int first_key = p.window > 0 ? max(0, kv_len - p.q_len - p.window + 1) : 0;
-    const int first_tile = first_key / kTileK;
-    int tile_end;
-    split_range((kv_len + kTileK - 1) / kTileK - first_tile, p.num_splits, split, tile_begin,
-                tile_end);
-    tile_begin += first_tile;
-    n_tiles = tile_end + first_tile - tile_begin;
-    // The cache rows of the split's first tiles (and of the sink) are read before the lambda
-    // lookup and the barrier, which run while they are in flight (with the barrier first, ptxas
-    // placed them after it in the skip kernel); then K is requested, the sink's first.
-    const int seed_row = kSkip && seeded() ? slice_row(0) : 0;
-    int row[Cfg::kAheadK + 1];
-#pragma unroll
-    for (int j = 0; j <= Cfg::kAheadK; ++j) row[j] = slice_row(tile_begin + j);
     // lambda = 0 (the guard, and the dense kernel) runs the dense loop: bit-identical.
     const float lambda = kSkip ? common::lambda_for(p.threshold, kv_len) : 0.f;
     __syncthreads();  // the barriers are initialized
@@ -603,7 +619,6 @@ __global__ void __launch_bounds__(Config<kHeadDim>::kThreads)
   cta.split = blockIdx.x;
   cta.kv_head = blockIdx.y;
   cta.seq = blockIdx.z;
-  cta.kv_len = p.seq_lens[cta.seq];
   cta.run();
 }
 
