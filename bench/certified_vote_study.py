@@ -78,17 +78,13 @@ def quantize(q, k, kind, balance, block_n, q_group=None):
 VARIANTS = (("int8 balanced", "int8", True), ("int8", "int8", False), ("e4m3", "e4m3", False))
 
 
-def count(q, k, lam, rows, block_n, scale, q_group=None):
-    """Visited tiles, exactly skipped, and per variant of VARIANTS skipped by its certified vote."""
+def exact_visits(q, k, lam, rows, block_n, scale):
+    """The exact rule over the 64-row slices starting at `rows`, tile by tile in the kernels'
+    sink-reverse order. Yields per visited tile (r0, r1, t, seen, none, m, gap, skip): the
+    slice's rows r0:r1, the tile t, which of its keys each row sees, the rows that see none, the
+    running maximum m before the tile, ln(lambda) and the rule's verdict."""
     L = len(k)
     gap = math.log(lam)
-    copies = []
-    for _, kind, balance in VARIANTS:
-        qs, ks, q8, k8 = quantize(q, k, kind, balance, block_n, q_group)
-        copies.append((q8, k8, np.linalg.norm(q8, axis=1), np.linalg.norm(qs - q8, axis=1),
-                       np.linalg.norm(ks, axis=1), np.linalg.norm(ks - k8, axis=1)))
-    visited = skipped = 0
-    certain = [0] * len(VARIANTS)
     for r0 in rows:
         r1 = min(L, r0 + 64)
         last = (r1 - 1) // block_n
@@ -102,21 +98,40 @@ def count(q, k, lam, rows, block_n, scale, q_group=None):
             mx = np.where(seen, (q[r0:r1] @ k[k0:k1].T) * scale, -np.inf).max(1)
             with np.errstate(invalid="ignore"):
                 skip = bool(np.all((mx < m + gap) | none))
-            for i, (q8, k8, q8_norm, q_res, k_norm, k_res) in enumerate(copies):
-                s8 = (q8[r0:r1] @ k8[k0:k1].T) * scale
-                e = (q8_norm[r0:r1] * k_res[k0:k1].max() + q_res[r0:r1] * k_norm[k0:k1].max())
-                e = e * scale * (1 + 1e-4) + 1e-6  # slack for the kernel's fp32 rescaling
-                hi = np.where(seen, s8, -np.inf).max(1) + e
-                with np.errstate(invalid="ignore"):
-                    sure = bool(np.all((hi < m + gap) | none))
-                if sure and not skip:
-                    raise AssertionError(f"the bound failed: {VARIANTS[i][0]}, rows {r0}-{r1}, "
-                                         f"tile {t}")
-                certain[i] += sure
-            visited += 1
-            skipped += skip
+            yield r0, r1, t, seen, none, m, gap, skip
             if not skip:
                 m = np.maximum(m, mx)
+
+
+def proves(hi, m, gap, none, skip, what):
+    """Whether row bounds `hi` prove the tile skipped; raises if they prove a tile the rule keeps."""
+    with np.errstate(invalid="ignore"):
+        sure = bool(np.all((hi < m + gap) | none))
+    if sure and not skip:
+        raise AssertionError(f"the bound failed: {what}")
+    return sure
+
+
+def count(q, k, lam, rows, block_n, scale, q_group=None):
+    """Visited tiles, exactly skipped, and per variant of VARIANTS skipped by its certified vote."""
+    copies = []
+    for _, kind, balance in VARIANTS:
+        qs, ks, q8, k8 = quantize(q, k, kind, balance, block_n, q_group)
+        copies.append((q8, k8, np.linalg.norm(q8, axis=1), np.linalg.norm(qs - q8, axis=1),
+                       np.linalg.norm(ks, axis=1), np.linalg.norm(ks - k8, axis=1)))
+    visited = skipped = 0
+    certain = [0] * len(VARIANTS)
+    for r0, r1, t, seen, none, m, gap, skip in exact_visits(q, k, lam, rows, block_n, scale):
+        keys = slice(t * block_n, t * block_n + seen.shape[1])
+        for i, (q8, k8, q8_norm, q_res, k_norm, k_res) in enumerate(copies):
+            s8 = (q8[r0:r1] @ k8[keys].T) * scale
+            e = (q8_norm[r0:r1] * k_res[keys].max() + q_res[r0:r1] * k_norm[keys].max())
+            e = e * scale * (1 + 1e-4) + 1e-6  # slack for the kernel's fp32 rescaling
+            hi = np.where(seen, s8, -np.inf).max(1) + e
+            certain[i] += proves(hi, m, gap, none, skip, f"{VARIANTS[i][0]}, rows {r0}-{r1}, "
+                                                         f"tile {t}")
+        visited += 1
+        skipped += skip
     return visited, skipped, certain
 
 
@@ -151,9 +166,8 @@ def capture_cases(p, directory, layers):
     return cases, f"capture {directory}: {manifest.get('tokens')} tokens"
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_study_options(p):
+    """The options the CPU studies share: their inputs, lambdas, sampled rows and JSON."""
     p.add_argument("--length", type=int, help="the recipe's tokens (default 8192)")
     p.add_argument("--head-dim", type=int, choices=[64, 128, 256],
                    help="the recipe's head dim (default 128)")
@@ -164,7 +178,12 @@ def main():
     p.add_argument("--layers", type=int, nargs="+", help="with --inputs: layers (default all)")
     p.add_argument("--json", help="write the counts here")
     p.add_argument("--git-revision", help="the revision to record (default: git rev-parse)")
-    args = p.parse_args()
+
+
+def study_inputs(p, args):
+    """Checks add_study_options' options. Returns the cases (name, q [n, d] of one query head,
+    k [n, d] of its KV head, the KV head's query group or None, the softmax scale), the words
+    naming them, the first rows of the sampled 64-row slices and the vote tile's keys."""
     if any(not 0 < x < 1 for x in args.lambdas):
         p.error("--lambdas must lie in (0, 1)")
     if args.slices < 1:
@@ -177,8 +196,6 @@ def main():
         p.error("--length must be >= 64")
     if args.layers and not args.inputs:
         p.error("--layers needs --inputs")
-    # Cases: (name, q [n, d] of one query head, k [n, d] of its KV head, the KV head's query
-    # group, the softmax scale).
     if args.inputs:
         cases, source = capture_cases(p, args.inputs, args.layers)
     else:
@@ -193,9 +210,37 @@ def main():
     n_slices = (length + 63) // 64
     rows = sorted({64 * int(i) for i in np.linspace(0, n_slices - 1, min(args.slices, n_slices))
                    .round()})
-    results = []
     print(f"L={length} d={head_dim}, {len(cases)} heads, {len(rows)} slices of 64 rows each, "
           f"tiles of {block_n} keys, sink-reverse; share of visited tiles")
+    return cases, source, rows, block_n
+
+
+def write_study(args, cases, source, rows, block_n, results):
+    """Writes a study's counts to args.json (if given) with its command and revision."""
+    if not args.json:
+        return
+    revision = args.git_revision or subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
+        text=True).stdout.strip() or "unknown"
+    length, head_dim = cases[0][1].shape
+    doc = {"command": " ".join(sys.argv), "git_revision": revision, "gpu": None,
+           "date": datetime.date.today().isoformat(), "length": length,
+           "head_dim": head_dim, "block_n": block_n, "heads": len(cases),
+           "slices": len(rows), "order": "sink-reverse", "inputs": source,
+           "results": results}
+    with open(args.json + ".tmp", "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    os.replace(args.json + ".tmp", args.json)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_study_options(p)
+    args = p.parse_args()
+    cases, source, rows, block_n = study_inputs(p, args)
+    results = []
     for lam in args.lambdas:
         row = {"lambda": lam, "visited": 0, "skipped": 0}
         row.update({name: 0 for name, _, _ in VARIANTS})
@@ -209,19 +254,7 @@ def main():
         line = [f"{name} {100 * row[name] / row['visited']:.1f}%" for name, _, _ in VARIANTS]
         print(f"  lambda {lam:g}: exact skip {100 * row['skipped'] / row['visited']:.1f}% | "
               f"certain skip: {', '.join(line)}")
-    if args.json:
-        revision = args.git_revision or subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
-            text=True).stdout.strip() or "unknown"
-        doc = {"command": " ".join(sys.argv), "git_revision": revision, "gpu": None,
-               "date": datetime.date.today().isoformat(), "length": length,
-               "head_dim": head_dim, "block_n": block_n, "heads": len(cases),
-               "slices": len(rows), "order": "sink-reverse", "inputs": source,
-               "results": results}
-        with open(args.json + ".tmp", "w") as f:
-            json.dump(doc, f, indent=2)
-            f.write("\n")
-        os.replace(args.json + ".tmp", args.json)
+    write_study(args, cases, source, rows, block_n, results)
 
 
 if __name__ == "__main__":

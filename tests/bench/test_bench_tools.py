@@ -1,7 +1,7 @@
 """The benchmark tools that need no GPU: the prefill A/B driver (bench/ab_prefill.py) and the
 reader of CUTLASS's example (bench/cutlass_peer.py), against stand-ins for the programs they run,
-the order statistics of the side-by-side benchmarks (bench/timing_stats.py) and the reader of
-captured Q/K/V (bench/captures.py)."""
+the order statistics of the side-by-side benchmarks (bench/timing_stats.py), the reader of
+captured Q/K/V (bench/captures.py) and the channel-box bound of bench/box_bound_study.py."""
 import json
 import os
 import pathlib
@@ -19,8 +19,9 @@ from timing_stats import paired_speedups, quartiles  # noqa: E402
 
 try:
     import numpy as np
+    from box_bound_study import box_bounds, count
     from captures import load_capture, parse_layers
-except ImportError:  # numpy absent: the capture reader's tests skip
+except ImportError:  # numpy absent: the capture reader's and the box bound's tests skip
     np = None
 
 
@@ -257,6 +258,32 @@ class Captures(unittest.TestCase):
         for bad in ("3-1", "a", "1-", "-2", ""):
             with self.assertRaises(ValueError, msg=bad):
                 parse_layers(bad)
+
+
+@unittest.skipIf(np is None, "numpy is not installed")
+class BoxBound(unittest.TestCase):
+    def test_the_bound_holds_every_score_of_its_box(self):
+        rng = np.random.default_rng(1)
+        q, k = rng.standard_normal((40, 16)), rng.standard_normal((100, 16))
+        scores = q @ k.T * 0.5
+        for box in (16, 32):
+            bound = box_bounds(q, k, box, 0.5)
+            self.assertEqual(bound.shape, (40, (100 + box - 1) // box))
+            for j in range(bound.shape[1]):
+                self.assertTrue((bound[:, j] >= scores[:, j * box:(j + 1) * box].max(1)).all())
+        # A box of one key is that key: the bound is the score.
+        np.testing.assert_allclose(box_bounds(q, k, 1, 0.5), scores)
+
+    def test_a_far_field_of_small_keys_is_proven(self):
+        # Every row sees a strong sink; the other keys are tiny, so every tile but the sink's
+        # and the diagonal's is skipped, and their boxes prove it.
+        rng = np.random.default_rng(2)
+        q = np.abs(rng.standard_normal((512, 8))) + 1
+        k = 1e-3 * rng.standard_normal((512, 8))
+        k[0] = 10
+        visited, skipped, proven = count(q, k, 1e-3, [256, 448], 64, 1.0, boxes=(64, 16))
+        self.assertGreater(skipped, 0)
+        self.assertEqual(proven, {64: skipped, 16: skipped})
 
 
 if __name__ == "__main__":
