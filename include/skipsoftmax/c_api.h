@@ -59,7 +59,8 @@ typedef struct skipsoftmax_decode_args {
   const void* v_pages;
   int64_t num_pages;
   int page_size;             /* power of two in [16, 128] */
-  const int32_t* page_table; /* [batch, max_pages_per_seq] */
+  const int32_t* page_table; /* [batch, max_pages_per_seq]; entries past a sequence's pages
+                                may be read, never followed */
   int max_pages_per_seq;
   const int32_t* seq_lens;   /* [batch] */
   int batch;

@@ -33,7 +33,8 @@ struct DecodeArguments {
   const std::int32_t* seq_lens = nullptr;  // device, [batch]: cached tokens, the new ones included
   int batch = 0;
   // The longest seq_lens entry, exactly: sizes the split and drives the dispatch (a batch of one
-  // runs the dense kernel when the lambda of this length is 0).
+  // runs the dense kernel when the lambda of this length is 0). The kernel also reads the page
+  // table for this length before a sequence's own length arrives, and again where they differ.
   int max_seq_len = 0;
   int num_heads_q = 0;
   int num_heads_kv = 0;

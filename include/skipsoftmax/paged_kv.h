@@ -5,7 +5,8 @@
 //   k_pages, v_pages: [num_pages, page_size, num_heads_kv, head_dim], fp16 or bf16.
 // Token t of sequence b lives in page page_table[b * max_pages_per_seq + t / page_size], slot
 // t % page_size. Slots past a sequence's length may hold anything (NaN included): the kernels
-// never let them reach the output.
+// never let them reach the output. So may a page_table row's entries past the sequence's pages:
+// the decode kernel may read them (up to max_seq_len) but never copies from the pages they name.
 #pragma once
 
 #include <cstdint>
