@@ -1,6 +1,7 @@
 #include "skipsoftmax/c_api.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <optional>
@@ -23,6 +24,10 @@ void set_error(char* error, int error_len, const std::string& message) {
 template <typename Args>
 skipsoftmax::Threshold threshold_of(const Args& a) {
   if (a.table_rows <= 0) return skipsoftmax::Threshold::flat(a.flat_lambda);
+  if (a.table_bins == nullptr || a.table_scales == nullptr) {
+    throw std::invalid_argument("table_rows is " + std::to_string(a.table_rows) +
+                                " but table_bins or table_scales is NULL");
+  }
   std::vector<skipsoftmax::ScaleTableRow> rows;
   for (int i = 0; i < a.table_rows; ++i) rows.push_back({a.table_bins[i], a.table_scales[i]});
   return skipsoftmax::Threshold::table(skipsoftmax::ScaleTable(std::move(rows)));
@@ -32,6 +37,22 @@ template <typename Args>
 std::optional<skipsoftmax::KernelChoice> forced(const Args& a) {
   if (a.force_kernel == SKIPSOFTMAX_DENSE) return skipsoftmax::KernelChoice::kDense;
   if (a.force_kernel == SKIPSOFTMAX_SKIP) return skipsoftmax::KernelChoice::kSkip;
+  if (a.force_kernel != SKIPSOFTMAX_AUTO) {
+    throw std::invalid_argument(
+        "force_kernel must be SKIPSOFTMAX_AUTO, SKIPSOFTMAX_DENSE or "
+        "SKIPSOFTMAX_SKIP, got " +
+        std::to_string(a.force_kernel));
+  }
+  return std::nullopt;
+}
+
+// softmax_scale <= 0 asks for the default 1 / sqrt(head_dim); NaN or infinity is an error.
+std::optional<double> scale_of(double softmax_scale) {
+  if (!std::isfinite(softmax_scale)) {
+    throw std::invalid_argument("softmax_scale must be finite (<= 0: 1 / sqrt(head_dim)), got " +
+                                std::to_string(softmax_scale));
+  }
+  if (softmax_scale > 0) return softmax_scale;
   return std::nullopt;
 }
 
@@ -56,7 +77,7 @@ skipsoftmax::DecodeArguments decode_arguments(const skipsoftmax_decode_args* arg
   d.max_seq_len = a.max_seq_len;
   d.num_heads_q = a.num_heads_q;
   d.num_heads_kv = a.num_heads_kv;
-  if (a.softmax_scale > 0) d.softmax_scale = a.softmax_scale;
+  d.softmax_scale = scale_of(a.softmax_scale);
   d.threshold = threshold_of(a);
   d.num_splits = a.num_splits;
   d.window = a.window;
@@ -123,7 +144,7 @@ extern "C" int skipsoftmax_prefill(const skipsoftmax_prefill_args* args, void* s
     p.num_heads_q = a.num_heads_q;
     p.num_heads_kv = a.num_heads_kv;
     p.causal = a.causal != 0;
-    if (a.softmax_scale > 0) p.softmax_scale = a.softmax_scale;
+    p.softmax_scale = scale_of(a.softmax_scale);
     p.threshold = threshold_of(a);
     p.kv_order = static_cast<skipsoftmax::KvOrder>(a.kv_order);
     p.stats = a.stats;

@@ -35,6 +35,9 @@ void write_file_atomic(const fs::path& path, const std::function<void(std::ostre
   if (!fs::is_directory(dir, ec)) {
     throw std::runtime_error(path.string() + ": directory " + dir.string() + " does not exist");
   }
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec)) {
+    throw std::runtime_error(path.string() + ": exists and is not a regular file");
+  }
   std::string name = ".";
   name += path.filename().string();
   name += ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
@@ -65,6 +68,10 @@ void write_json_file(const fs::path& path, const nlohmann::ordered_json& value) 
 void check_output_file(const fs::path& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) throw std::invalid_argument(path.string() + ": is a directory");
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec)) {
+    // The output is renamed into place: a device or a pipe would be replaced, not written.
+    throw std::invalid_argument(path.string() + ": exists and is not a regular file");
+  }
   const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
   if (!fs::is_directory(dir, ec)) {
     throw std::invalid_argument(path.string() + ": directory " + dir.string() + " does not exist");

@@ -42,7 +42,8 @@ void write_json_file(const std::filesystem::path& path, const nlohmann::json& va
 void write_json_file(const std::filesystem::path& path, const nlohmann::ordered_json& value);
 
 // Checks, before any work, that an output file can go to `path`: throws std::invalid_argument
-// ("<path>: is a directory", "<path>: directory D does not exist") otherwise.
+// ("<path>: is a directory", "<path>: exists and is not a regular file", "<path>: directory D
+// does not exist") otherwise.
 void check_output_file(const std::filesystem::path& path);
 
 }  // namespace skipsoftmax

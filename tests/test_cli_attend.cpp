@@ -373,8 +373,37 @@ TEST_F(CliAttendTest, BadInputFailsAndLeavesNoOutput) {
        write_json_file(t.path("T.json"), nlohmann::json::parse("[[0, 12.0]]"));
        a.set("--scale-table", t.path("T.json"));
      }},
-    {"window < 0", "--window must be >= 0",
+    {"window < 0", "--window must lie in [0, 2^31)",
      [](auto&, auto& a) { a.set("--causal").set("--window", "-1"); }},
+    {"window 2^32 + 5", "--window must lie in [0, 2^31)",
+     [](auto&, auto& a) { a.set("--causal").set("--window", "4294967301"); }},
+    {"NaN in q", "element 5 is nan; attend takes finite inputs",
+     [&](auto& t, auto& a) {
+       std::vector<float> bad = q;
+       bad[5] = std::numeric_limits<float>::quiet_NaN();
+       a.set("--q", t.write_floats("q_nan.npy", NpyDtype::kF32, {8, kHq, kDim}, bad));
+     }},
+    {"infinity in v", "is inf; attend takes finite inputs",
+     [&](auto& t, auto& a) {
+       std::vector<float> bad = kv;
+       bad.back() = std::numeric_limits<float>::infinity();
+       a.set("--v", t.write_floats("v_inf.npy", NpyDtype::kF32, {8, kHkv, kDim}, bad));
+     }},
+    {"no tokens", "tokens must be in [1, 2^31), got 0",
+     [&](auto& t, auto& a) {
+       file(t, a, "--q", NpyDtype::kF32, {0, kHq, kDim});
+     }},
+    {"cuda dtype on cpu", "--cuda-dtype applies to --backend cuda",
+     [](auto&, auto& a) { a.set("--cuda-dtype", "bf16"); }},
+    {"splits in prefill", "--num-splits applies to decode",
+     [](auto&, auto& a) { a.set("--num-splits", "4"); }},
+    {"stats is out", "name the same file",
+     [](auto& t, auto& a) { a.set("--stats", t.path(".") + "/./O.npy"); }},
+    {"out is a directory", "is a directory",
+     [](auto& t, auto& a) {
+       fs::create_directories(t.path("D.npy"));
+       a.set("--out", t.path("D.npy"));
+     }},
     {"window without causal", "--window needs --causal",
      [](auto&, auto& a) { a.set("--window", "16"); }},
     {"kv order", "forward, reverse, sink-reverse",
@@ -419,12 +448,23 @@ TEST_F(CliAttendTest, BadInputFailsAndLeavesNoOutput) {
   }
 }
 
-TEST_F(CliAttendTest, FailedOutputWriteRemovesTheStats) {
+// An output that cannot be written fails before any work: a directory, or a special file (the
+// output is renamed into place, which would replace a device node).
+TEST_F(CliAttendTest, UnwritableOutputFailsBeforeAnyWork) {
   Args args = write_batch(make_batch({16}, {16}));
-  fs::create_directory(path("O.npy"));  // renaming a file over a directory fails
+  fs::create_directory(path("O.npy"));
   const RunResult r = run(args.set("--stats", path("S.json")));
   EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--out " + path("O.npy") + ": is a directory"), std::string::npos)
+      << r.output;
   EXPECT_FALSE(fs::exists(path("S.json"))) << r.output;
+  if (fs::exists("/dev/null")) {
+    const RunResult null = run(args.set("--out", "/dev/null"));
+    EXPECT_NE(null.exit_code, 0);
+    EXPECT_NE(null.output.find("/dev/null: exists and is not a regular file"), std::string::npos)
+        << null.output;
+    EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  }
   for (const auto& entry : fs::directory_iterator(dir_)) {
     EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
   }
@@ -559,31 +599,42 @@ TEST_F(CliDecodeTest, BadDecodeInputFailsAndLeavesNoOutput) {
     std::function<void(CliDecodeTest&, Args&)> edit;
   };
   const std::vector<Case> cases = {
-      {"missing seq lens", "decode needs all of", [](auto&, auto& a) { a.erase("--seq-lens"); }},
-      {"causal", "--causal and --window do not apply", [](auto&, auto& a) { a.set("--causal"); }},
-      {"tile-q", "--tile-q does not apply", [](auto&, auto& a) { a.set("--tile-q", "16"); }},
-      {"splits", "--num-splits must be positive",
-       [](auto&, auto& a) { a.set("--num-splits", "0"); }},
-      {"cuda tile-k", "--backend cuda decodes with tiles of 64 keys",
-       [](auto&, auto& a) { a.set("--backend", "cuda").set("--tile-k", "128"); }},
-      {"cuda order", "--backend cuda decodes in forward order",
-       [](auto&, auto& a) { a.set("--backend", "cuda").set("--kv-order", "reverse"); }},
-      {"page out of range", "outside [0,",
-       [](auto& t, auto& a) {
-         write_npy_atomic(t.path("bad_pt.npy"),
-                          make_npy_int(NpyDtype::kI32, {1, 1}, std::vector<std::int64_t>{99}));
-         a.set("--page-table", t.path("bad_pt.npy"));
-       }},
-      {"page table batch", "the page table is [batch = 1",
-       [](auto& t, auto& a) {
-         write_npy_atomic(t.path("pt2.npy"),
-                          make_npy_int(NpyDtype::kI32, {2, 1}, std::vector<std::int64_t>{0, 0}));
-         a.set("--page-table", t.path("pt2.npy"));
-       }},
-      {"too long", "pages, the page table row holds",
-       [](auto& t, auto& a) {
-         a.set("--seq-lens", t.write_ints("sl2.npy", NpyDtype::kI64, {40}));
-       }},
+    {"missing seq lens", "decode needs all of", [](auto&, auto& a) { a.erase("--seq-lens"); }},
+    {"causal", "--causal and --window do not apply", [](auto&, auto& a) { a.set("--causal"); }},
+    {"tile-q", "--tile-q does not apply", [](auto&, auto& a) { a.set("--tile-q", "16"); }},
+    {"splits", "--num-splits must be positive", [](auto&, auto& a) { a.set("--num-splits", "0"); }},
+    {"cuda tile-k", "--backend cuda decodes with tiles of 64 keys",
+     [](auto&, auto& a) { a.set("--backend", "cuda").set("--tile-k", "128"); }},
+    {"cuda order", "--backend cuda decodes in forward order",
+     [](auto&, auto& a) { a.set("--backend", "cuda").set("--kv-order", "reverse"); }},
+    {"page out of range", "outside [0,",
+     [](auto& t, auto& a) {
+       write_npy_atomic(t.path("bad_pt.npy"),
+                        make_npy_int(NpyDtype::kI32, {1, 1}, std::vector<std::int64_t>{99}));
+       a.set("--page-table", t.path("bad_pt.npy"));
+     }},
+    {"page table batch", "the page table is [batch = 1",
+     [](auto& t, auto& a) {
+       write_npy_atomic(t.path("pt2.npy"),
+                        make_npy_int(NpyDtype::kI32, {2, 1}, std::vector<std::int64_t>{0, 0}));
+       a.set("--page-table", t.path("pt2.npy"));
+     }},
+    {"too long", "pages, the page table row holds",
+     [](auto& t, auto& a) { a.set("--seq-lens", t.write_ints("sl2.npy", NpyDtype::kI64, {40})); }},
+    {"NaN in a held row", "attend takes finite inputs",
+     [](auto& t, auto& a) {
+       const std::size_t n = std::size_t(kPage) * kHkv * kDim;
+       a.set("--k-pages", t.write_floats("kp_nan.npy", NpyDtype::kF32, {1, kPage, kHkv, kDim},
+                                         std::vector<float>(n, std::nanf(""))));
+     }},
+    {"cuda dtype on cpu", "--cuda-dtype applies to --backend cuda",
+     [](auto&, auto& a) { a.set("--cuda-dtype", "fp16"); }},
+#if SKIPSOFTMAX_HAVE_CUDA
+    // The kernels' own limits are named before the GPU is looked for (these tests' head dim
+    // is 32).
+    {"cuda head dim", "decode: head_dim 32 is not supported (64, 128 or 256)",
+     [](auto&, auto& a) { a.set("--backend", "cuda"); }},
+#endif
   };
   for (const Case& c : cases) {
     PagedFiles f = write_paged({10});

@@ -43,7 +43,7 @@ struct AttendArgs {
   std::string cu_seqlens_q, cu_seqlens_k;  // empty: no ragged batch
   // Decode over a paged KV cache (instead of --k/--v): q [batch, (q_len,) Hq, D].
   std::string k_pages, v_pages, page_table, seq_lens;
-  int num_splits = 1;
+  std::optional<int> num_splits;  // decode only; default 1
   bool causal = false;
   std::int64_t window = 0;  // sliding window in keys; 0: none
   std::string scale_table;
@@ -99,13 +99,20 @@ Threshold parse_threshold(const AttendArgs& a) {
   }
 }
 
-void check_output_dir(const std::string& path, const char* flag) {
-  const fs::path p(path);
-  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    fail(std::string(flag) + " " + path + ": directory " + dir.string() + " does not exist");
+// Checked before any work: an output that cannot be written fails at once, naming its flag.
+void check_output(const std::string& path, const char* flag) {
+  try {
+    check_output_file(path);
+  } catch (const std::invalid_argument& e) {
+    fail(std::string(flag) + " " + e.what());
   }
+}
+
+// The same file under two spellings (./o/x.npy, o/../o/x.npy) is the same file.
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  const fs::path ca = fs::weakly_canonical(a, ec), cb = fs::weakly_canonical(b, ec);
+  return ec ? fs::path(a).lexically_normal() == fs::path(b).lexically_normal() : ca == cb;
 }
 
 // The vote tiles: the flags' for the CPU reference (default 128 x 128); the kernel's for cuda,
@@ -134,10 +141,15 @@ Settings parse_settings(const AttendArgs& a) {
   if (a.backend != "cpu" && a.backend != "cuda") {
     fail("unknown --backend '" + a.backend + "' (valid: cpu, cuda)");
   }
-  if (a.window < 0) fail("--window must be >= 0 (0: none), got " + std::to_string(a.window));
+  if (a.window < 0 || a.window > std::numeric_limits<int>::max()) {
+    fail("--window must lie in [0, 2^31) (0: none), got " + std::to_string(a.window));
+  }
   if (a.window > 0 && !a.causal) fail("--window needs --causal (a sliding window looks back)");
   if (!a.cuda_dtype.empty() && a.cuda_dtype != "fp16" && a.cuda_dtype != "bf16") {
     fail("unknown --cuda-dtype '" + a.cuda_dtype + "' (valid: fp16, bf16)");
+  }
+  if (!a.cuda_dtype.empty() && a.backend != "cuda") {
+    fail("--cuda-dtype applies to --backend cuda (the cpu reference computes in float64)");
   }
   if (a.tile_q && *a.tile_q <= 0)
     fail("--tile-q must be positive, got " + std::to_string(*a.tile_q));
@@ -150,11 +162,11 @@ Settings parse_settings(const AttendArgs& a) {
     msg << "--softmax-scale must be finite and positive, got " << *a.softmax_scale;
     fail(msg.str());
   }
-  if (!a.stats.empty() && fs::path(a.stats) == fs::path(a.out)) {
-    fail("--stats and --out name the same file " + a.out);
+  if (!a.stats.empty() && same_file(a.stats, a.out)) {
+    fail("--stats " + a.stats + " and --out " + a.out + " name the same file");
   }
-  check_output_dir(a.out, "--out");
-  if (!a.stats.empty()) check_output_dir(a.stats, "--stats");
+  check_output(a.out, "--out");
+  if (!a.stats.empty()) check_output(a.stats, "--stats");
 
   Settings s;
   parse_order(a.kv_order);  // checked here; the tiles are set once the head dim is known
@@ -194,6 +206,21 @@ int small_dim(const std::string& path, const char* what, std::int64_t value) {
   return static_cast<int>(value);
 }
 
+// Attention of finite inputs: a NaN or an infinity is refused, named by file and element.
+void check_finite(const std::string& path, const std::vector<float>& values, std::size_t begin,
+                  std::size_t end) {
+  for (std::size_t i = begin; i < end; ++i) {
+    if (!std::isfinite(values[i])) {
+      std::ostringstream msg;
+      msg << path << ": element " << i << " is " << values[i] << "; attend takes finite inputs";
+      fail(msg.str());
+    }
+  }
+}
+void check_finite(const std::string& path, const std::vector<float>& values) {
+  check_finite(path, values, 0, values.size());
+}
+
 void check_qkv_shapes(const AttendArgs& a, const NpyArray& q, const NpyArray& k,
                       const NpyArray& v) {
   if (k.dtype != q.dtype || v.dtype != q.dtype) {
@@ -219,6 +246,9 @@ void check_qkv_shapes(const AttendArgs& a, const NpyArray& q, const NpyArray& k,
   }
   const int hq = small_dim(a.q, "heads", lq.heads), hkv = small_dim(a.k, "heads", lk.heads);
   small_dim(a.q, "head_dim", lq.head_dim);
+  small_dim(a.q, q.shape.size() == 4 ? "batch" : "tokens", q.shape[0]);
+  small_dim(a.q, "tokens per sequence", lq.seqlen);
+  small_dim(a.k, "tokens per sequence", lk.seqlen);
   if (hq % hkv != 0) {
     fail("query heads (" + std::to_string(hq) + ") must be a multiple of kv heads (" +
          std::to_string(hkv) + ")");
@@ -297,6 +327,9 @@ Inputs load_inputs(const AttendArgs& a) {
   in.q = to_float_vector(q, a.q);
   in.k = to_float_vector(k, a.k);
   in.v = to_float_vector(v, a.v);
+  check_finite(a.q, in.q);
+  check_finite(a.k, in.k);
+  check_finite(a.v, in.v);
   return in;
 }
 
@@ -342,9 +375,7 @@ void write_results(const AttendArgs& a, const NpyArray& out, const nlohmann::jso
   }
 }
 
-// The CPU reference in float64.
-AttentionStats run_cpu(const AttendArgs& a, const Settings& s, const Inputs& in,
-                       std::vector<double>& out) {
+PrefillProblem problem_of(const AttendArgs& a, const Inputs& in) {
   PrefillProblem p;
   p.q = in.q.data();
   p.k = in.k.data();
@@ -357,8 +388,14 @@ AttentionStats run_cpu(const AttendArgs& a, const Settings& s, const Inputs& in,
   p.causal = a.causal;
   p.window = a.window;
   p.softmax_scale = a.softmax_scale;
+  return p;
+}
+
+// The CPU reference in float64.
+AttentionStats run_cpu(const AttendArgs& a, const Settings& s, const Inputs& in,
+                       std::vector<double>& out) {
   out.assign(in.q.size(), 0.0);
-  return reference_prefill(p, s.options, out.data());
+  return reference_prefill(problem_of(a, in), s.options, out.data());
 }
 
 #if SKIPSOFTMAX_HAVE_CUDA
@@ -375,6 +412,7 @@ std::vector<std::int32_t> to_int32(const std::vector<std::int64_t>& cu) {
 // there (it would cost the exponentials the kernel skips), so it is reported as null.
 AttentionStats run_cuda(const AttendArgs& a, const Settings& s, const Inputs& in,
                         std::vector<double>& out, KernelChoice& kernel) {
+  validate(problem_of(a, in));  // sequences and shapes, with the reference's messages
   const DType dtype = !a.cuda_dtype.empty()
                           ? (a.cuda_dtype == "bf16" ? DType::kBF16 : DType::kF16)
                           : (in.dtype == NpyDtype::kF16 ? DType::kF16 : DType::kBF16);
@@ -440,6 +478,7 @@ void run_attend(const AttendArgs& a) {
         "give --k and --v (prefill), or --k-pages, --v-pages, --page-table and --seq-lens "
         "(decode)");
   }
+  if (a.num_splits) fail("--num-splits applies to decode (--k-pages ...), not to prefill");
   Settings s = parse_settings(a);
   const Inputs in = load_inputs(a);
   s.options.tiles = parse_tiles(a, in.head_dim);
@@ -491,7 +530,9 @@ void check_decode_flags(const AttendArgs& a) {
     fail("decode attends to the whole cache: --causal and --window do not apply");
   }
   if (a.tile_q) fail("decode votes over all query heads of a GQA group: --tile-q does not apply");
-  if (a.num_splits <= 0) fail("--num-splits must be positive, got " + std::to_string(a.num_splits));
+  if (a.num_splits.value_or(1) <= 0) {
+    fail("--num-splits must be positive, got " + std::to_string(*a.num_splits));
+  }
   if (a.backend == "cuda") {
     if (a.tile_k && *a.tile_k != decode_tile_k(0)) {
       fail("--backend cuda decodes with tiles of " + std::to_string(decode_tile_k(0)) +
@@ -518,7 +559,6 @@ std::vector<std::int64_t> read_index_vector(const std::string& path, std::size_t
 AttentionStats run_cuda_decode(const AttendArgs& a, const Settings& s, const NpyArray& q,
                                const DecodeProblem& p, std::vector<double>& out,
                                KernelChoice& kernel) {
-  validate(p);  // page ids, lengths and shapes, with the reference's messages
   const DType dtype = !a.cuda_dtype.empty()
                           ? (a.cuda_dtype == "bf16" ? DType::kBF16 : DType::kF16)
                           : (q.dtype == NpyDtype::kF16 ? DType::kF16 : DType::kBF16);
@@ -545,7 +585,7 @@ AttentionStats run_cuda_decode(const AttendArgs& a, const Settings& s, const Npy
   args.kv.max_pages_per_seq = p.kv.max_pages_per_seq;
   args.softmax_scale = a.softmax_scale;
   args.threshold = s.options.threshold;
-  args.num_splits = a.num_splits;
+  args.num_splits = a.num_splits.value_or(1);
   const HostDecodeResult r = run_decode_host(args, to_bits(qf, dtype), to_bits(kf, dtype),
                                              to_bits(vf, dtype), p.kv.page_table, lens);
   kernel = r.kernel;
@@ -599,7 +639,8 @@ void run_attend_decode(const AttendArgs& a, Settings s) {
     fail(a.v_pages + ": shape " + npy_shape_string(vp.shape) + " must equal --k-pages' " +
          npy_shape_string(kp.shape));
   }
-  const std::int64_t batch = q.shape[0];
+  const std::int64_t batch = small_dim(a.q, "batch", q.shape[0]);
+  small_dim(a.k_pages, "num_pages", kp.shape[0]);
   if (kp.shape[3] != q.shape[rank - 1]) {
     fail("head_dim mismatch: q has " + std::to_string(q.shape[rank - 1]) + ", the caches " +
          std::to_string(kp.shape[3]));
@@ -636,10 +677,22 @@ void run_attend_decode(const AttendArgs& a, Settings s) {
   p.num_heads_kv = small_dim(a.k_pages, "heads", kp.shape[2]);
   p.head_dim = small_dim(a.q, "head_dim", q.shape[rank - 1]);
   p.softmax_scale = a.softmax_scale;
+  validate(p);  // page ids, lengths and shapes, with the reference's messages
+  check_finite(a.q, qf);
+  // Only the cache rows the sequences hold: unused page slots may hold anything.
+  const std::size_t row = static_cast<std::size_t>(p.num_heads_kv) * p.head_dim;
+  for (std::size_t b = 0; b < seq_lens.size(); ++b) {
+    for (std::int64_t t = 0; t < seq_lens[b]; ++t) {
+      const std::int64_t page = page_table[b * p.kv.max_pages_per_seq + t / p.kv.page_size];
+      const std::size_t slot = static_cast<std::size_t>(page * p.kv.page_size + t % p.kv.page_size);
+      check_finite(a.k_pages, kf, slot * row, (slot + 1) * row);
+      check_finite(a.v_pages, vf, slot * row, (slot + 1) * row);
+    }
+  }
   const TileShape defaults;
   const int default_tile_k = a.backend == "cuda" ? decode_tile_k(p.head_dim) : defaults.tile_k;
   s.options.tiles = {1, a.tile_k.value_or(default_tile_k), parse_order(a.kv_order)};
-  s.options.num_splits = a.num_splits;
+  s.options.num_splits = a.num_splits.value_or(1);
 
   std::vector<double> out(qf.size());
   const auto start = std::chrono::steady_clock::now();
@@ -666,14 +719,14 @@ void run_attend_decode(const AttendArgs& a, Settings s) {
     for (auto& seq : stats["sequences"]) seq["mass_share"] = seq["mass_share_max"] = nullptr;
   }
   stats["tile_q"] = nullptr;  // the vote's rows are the query heads of a GQA group
-  stats["num_splits"] = a.num_splits;
+  stats["num_splits"] = s.options.num_splits;
   stats["page_size"] = p.kv.page_size;
   write_results(a, make_npy_float(s.out_dtype.value_or(q.dtype), q.shape, out), stats);
   std::printf(
       "%s decode (%s): %lld sequences, %d split%s, %lld of %lld tiles skipped (sparsity %.2f%%), "
       "mass share %s, %lld NaN rows, %.3f s\n",
-      a.backend.c_str(), kernel.c_str(), static_cast<long long>(batch), a.num_splits,
-      a.num_splits == 1 ? "" : "s", static_cast<long long>(st.tiles_skipped),
+      a.backend.c_str(), kernel.c_str(), static_cast<long long>(batch), s.options.num_splits,
+      s.options.num_splits == 1 ? "" : "s", static_cast<long long>(st.tiles_skipped),
       static_cast<long long>(st.tiles_total), 100.0 * st.sparsity(),
       a.backend == "cuda" ? "not measured on the GPU" : std::to_string(st.mass_share).c_str(),
       static_cast<long long>(st.nan_rows), elapsed.count());
@@ -696,8 +749,7 @@ void add_attend(CLI::App& app) {
   cmd->add_option("--page-table", a->page_table, "Decode: [B, max_pages] page ids (int32/int64)");
   cmd->add_option("--seq-lens", a->seq_lens, "Decode: [B] cached tokens per sequence");
   cmd->add_option("--num-splits", a->num_splits,
-                  "Decode: split-KV parts, each with its own running maximum")
-      ->capture_default_str();
+                  "Decode: split-KV parts, each with its own running maximum (default 1)");
   auto* cu_q = cmd->add_option("--cu-seqlens-q", a->cu_seqlens_q, "Query offsets [batch + 1]");
   auto* cu_k = cmd->add_option("--cu-seqlens-k", a->cu_seqlens_k, "KV offsets [batch + 1]");
   cu_q->needs(cu_k);

@@ -30,7 +30,7 @@ typedef struct skipsoftmax_prefill_args {
   int num_heads_q;
   int num_heads_kv;
   int causal;
-  double softmax_scale; /* <= 0: 1 / sqrt(head_dim) */
+  double softmax_scale; /* finite; <= 0: 1 / sqrt(head_dim) */
   int kv_order;         /* 0 forward, 1 reverse, 2 sink then reverse */
   /* Threshold: table_rows > 0 selects the table (bins strictly increasing, S > 0); otherwise
    * flat_lambda in [0, 1) (0 is dense). */
@@ -67,7 +67,7 @@ typedef struct skipsoftmax_decode_args {
   int max_seq_len; /* the longest seq_lens entry, exactly: it drives splits and dispatch */
   int num_heads_q;
   int num_heads_kv;
-  double softmax_scale; /* <= 0: 1 / sqrt(head_dim) */
+  double softmax_scale; /* finite; <= 0: 1 / sqrt(head_dim) */
   int table_rows;       /* as in skipsoftmax_prefill_args */
   const int64_t* table_bins;
   const double* table_scales;

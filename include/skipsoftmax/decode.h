@@ -75,7 +75,9 @@ namespace skipsoftmax {
 // Decode on tensors held in host memory (16-bit values: fp16 or bf16 bits), for tools and tests:
 // copies them to the device, runs run_decode on the default stream, copies the output back.
 // `args` gives everything but the device pointers. Throws like run_decode, and
-// std::runtime_error when no Hopper GPU is present.
+// std::runtime_error when no Hopper GPU is present; the arguments, the host tensors' sizes, the
+// lengths (within [q_len, max_seq_len], the longest equal to max_seq_len) and the page ids they
+// reach are checked first (std::invalid_argument), so that a bad argument is named on any machine.
 struct HostDecodeResult {
   std::vector<std::uint16_t> out;         // [batch, num_heads_q, head_dim]
   std::vector<unsigned long long> stats;  // [batch][2] visited, skipped (skip kernel only)

@@ -84,7 +84,9 @@ namespace skipsoftmax {
 // Prefill on tensors held in host memory (16-bit values: fp16 or bf16 bits), for tools and tests:
 // copies them to the device, runs run_prefill on the default stream, copies the output back.
 // `args` gives everything but the device pointers (q, k, v, out, cu_seqlens and stats are
-// filled in here). Throws like run_prefill, and std::runtime_error when no Hopper GPU is present.
+// filled in here). Throws like run_prefill, and std::runtime_error when no Hopper GPU is present;
+// the arguments and the host tensors' sizes and offsets are checked first
+// (std::invalid_argument), so that a bad argument is named on any machine.
 struct HostPrefillResult {
   std::vector<std::uint16_t> out;         // [total_q, num_heads_q, head_dim]
   std::vector<unsigned long long> stats;  // [batch][2] visited, skipped (skip kernel only)

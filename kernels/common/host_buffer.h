@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -13,6 +14,21 @@ namespace skipsoftmax::common {
 inline void check_cuda(cudaError_t err, const char* who, const char* what) {
   if (err != cudaSuccess) {
     throw std::runtime_error(std::string(who) + ": " + what + ": " + cudaGetErrorString(err));
+  }
+}
+
+// Stands for the device pointers a wrapper has not allocated yet, so that can_implement checks
+// the arguments before any GPU work: non-null and 16-byte aligned, never dereferenced.
+inline void* unallocated() { return reinterpret_cast<void*>(std::uintptr_t{256}); }
+
+// Throws std::invalid_argument unless the host tensor `what` holds `expected` values.
+template <typename T>
+void expect_size(const char* who, const char* what, const std::vector<T>& host,
+                 std::int64_t expected) {
+  if (static_cast<std::int64_t>(host.size()) != expected) {
+    throw std::invalid_argument(std::string(who) + ": " + what + " holds " +
+                                std::to_string(host.size()) + " values, the arguments give " +
+                                std::to_string(expected));
   }
 }
 

@@ -178,7 +178,7 @@ std::string can_implement(const DecodeArguments& a) {
   } else if (a.num_heads_q / a.num_heads_kv > decode::kMaxGroup) {
     why << "GQA groups of more than " << decode::kMaxGroup << " query heads per KV head are not "
         << "supported (Hq / Hkv = " << a.num_heads_q / a.num_heads_kv << ")";
-  } else if (a.q_len < 1 || a.q_len * (a.num_heads_q / a.num_heads_kv) > decode::kMaxGroup) {
+  } else if (a.q_len < 1 || a.q_len > decode::kMaxGroup / (a.num_heads_q / a.num_heads_kv)) {
     why << "q_len x (Hq / Hkv) must lie in [1, " << decode::kMaxGroup
         << "]: the new tokens' query rows of a GQA group are the 16 rows of one MMA (q_len = "
         << a.q_len << ", Hq / Hkv = " << a.num_heads_q / a.num_heads_kv << ")";
@@ -199,6 +199,10 @@ std::string can_implement(const DecodeArguments& a) {
              static_cast<std::int64_t>(kv.max_pages_per_seq) * kv.page_size < a.max_seq_len) {
     why << "max_pages_per_seq (" << kv.max_pages_per_seq << ") pages of " << kv.page_size
         << " tokens cannot hold max_seq_len = " << a.max_seq_len;
+  } else if (static_cast<std::int64_t>(a.batch) * kv.max_pages_per_seq >= (std::int64_t{1} << 31)) {
+    // The kernel indexes the page table with 32-bit integers.
+    why << "batch x max_pages_per_seq (" << a.batch << " x " << kv.max_pages_per_seq
+        << ") page-table entries must be fewer than 2^31";
   } else if (a.num_splits < 0 || a.num_splits > kMaxSplits) {
     why << "num_splits must lie in [0, " << kMaxSplits << "] (0: automatic)";
   } else if ((reinterpret_cast<std::uintptr_t>(a.q) | reinterpret_cast<std::uintptr_t>(a.out) |

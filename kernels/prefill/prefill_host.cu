@@ -1,6 +1,7 @@
 // run_prefill_host: the prefill kernels on host tensors, for the tool and the tests.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -14,6 +15,50 @@ using Device = common::DeviceAllocation;
 
 void check(cudaError_t err, const char* what) { common::check_cuda(err, "prefill", what); }
 
+// [batch + 1] offsets from 0 to `total`, never decreasing, the longest step `longest`.
+void check_offsets(const char* what, const std::vector<std::int32_t>& cu, int batch,
+                   std::int64_t total, int longest) {
+  common::expect_size("prefill", what, cu, std::int64_t{batch} + 1);
+  const std::string name = std::string("prefill: ") + what;
+  if (cu.front() != 0 || cu.back() != total) {
+    throw std::invalid_argument(name + " must run from 0 to " + std::to_string(total) + ", got " +
+                                std::to_string(cu.front()) + " to " + std::to_string(cu.back()));
+  }
+  int most = 0;
+  for (int b = 0; b < batch; ++b) {
+    if (cu[b + 1] < cu[b]) {
+      throw std::invalid_argument(name + " decreases at entry " + std::to_string(b + 1));
+    }
+    most = std::max(most, cu[b + 1] - cu[b]);
+  }
+  if (most != longest) {
+    throw std::invalid_argument(name + ": the longest sequence holds " + std::to_string(most) +
+                                " tokens, the arguments' maximum is " + std::to_string(longest));
+  }
+}
+
+// The arguments and the host tensors, before any GPU work: the kernels trust both (a maximum
+// below a sequence's length would leave its last query rows unwritten).
+void check_host_inputs(PrefillArguments a, const std::vector<std::uint16_t>& q,
+                       const std::vector<std::uint16_t>& k, const std::vector<std::uint16_t>& v,
+                       const std::vector<std::int32_t>& cu_seqlens_q,
+                       const std::vector<std::int32_t>& cu_seqlens_k) {
+  if (a.paged_kv.k_pages != nullptr) {
+    throw std::invalid_argument("prefill: run_prefill_host takes K and V as tensors, not pages");
+  }
+  a.q = a.k = a.v = common::unallocated();
+  a.out = common::unallocated();
+  a.cu_seqlens_q = a.cu_seqlens_k = static_cast<const std::int32_t*>(common::unallocated());
+  if (const std::string why = can_implement(a); !why.empty()) {
+    throw std::invalid_argument("prefill: " + why);
+  }
+  common::expect_size("prefill", "q", q, a.total_q * a.num_heads_q * a.head_dim);
+  common::expect_size("prefill", "k", k, a.total_k * a.num_heads_kv * a.head_dim);
+  common::expect_size("prefill", "v", v, a.total_k * a.num_heads_kv * a.head_dim);
+  check_offsets("cu_seqlens_q", cu_seqlens_q, a.batch, a.total_q, a.max_seqlen_q);
+  check_offsets("cu_seqlens_k", cu_seqlens_k, a.batch, a.total_k, a.max_seqlen_k);
+}
+
 }  // namespace
 
 HostPrefillResult run_prefill_host(PrefillArguments args, const std::vector<std::uint16_t>& q,
@@ -21,6 +66,7 @@ HostPrefillResult run_prefill_host(PrefillArguments args, const std::vector<std:
                                    const std::vector<std::uint16_t>& v,
                                    const std::vector<std::int32_t>& cu_seqlens_q,
                                    const std::vector<std::int32_t>& cu_seqlens_k) {
+  check_host_inputs(args, q, k, v, cu_seqlens_q, cu_seqlens_k);
   if (!hopper_gpu_available()) throw std::runtime_error("no Hopper GPU (compute capability 9.0)");
   Device dq(q.size() * 2), dk(k.size() * 2), dv(v.size() * 2), dout(q.size() * 2);
   Device dcu_q(cu_seqlens_q.size() * 4), dcu_k(cu_seqlens_k.size() * 4);

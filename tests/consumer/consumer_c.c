@@ -1,5 +1,6 @@
 /* The C API through the installed package, compiled as C: workspace sizing and the error text
  * for a bad argument (neither needs a GPU). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -36,6 +37,42 @@ int main(void) {
   if (skipsoftmax_decode_workspace_size(&args, NULL, error, sizeof error) != -1 ||
       strstr(error, "head_dim 96") == NULL) {
     fprintf(stderr, "FAILED: head_dim 96 is refused by name (got \"%s\")\n", error);
+    ++failures;
+  }
+  args.head_dim = 128;
+  args.table_rows = 2; /* rows promised, arrays missing */
+  if (skipsoftmax_decode_workspace_size(&args, NULL, error, sizeof error) != -1 ||
+      strstr(error, "NULL") == NULL) {
+    fprintf(stderr, "FAILED: a table without its arrays is refused (got \"%s\")\n", error);
+    ++failures;
+  }
+  args.table_rows = 0;
+  args.force_kernel = 7;
+  if (skipsoftmax_decode_workspace_size(&args, NULL, error, sizeof error) != -1 ||
+      strstr(error, "force_kernel") == NULL) {
+    fprintf(stderr, "FAILED: an unknown force_kernel is refused (got \"%s\")\n", error);
+    ++failures;
+  }
+  args.force_kernel = SKIPSOFTMAX_AUTO;
+  args.softmax_scale = NAN;
+  if (skipsoftmax_decode_workspace_size(&args, NULL, error, sizeof error) != -1 ||
+      strstr(error, "softmax_scale") == NULL) {
+    fprintf(stderr, "FAILED: a NaN softmax_scale is refused (got \"%s\")\n", error);
+    ++failures;
+  }
+  args.softmax_scale = 0.0;
+  args.q_len = 1 << 30; /* q_len x group would wrap in 32 bits */
+  if (skipsoftmax_decode_workspace_size(&args, NULL, error, sizeof error) != -1 ||
+      strstr(error, "q_len") == NULL) {
+    fprintf(stderr, "FAILED: a q_len beyond the group's 16 rows is refused (got \"%s\")\n", error);
+    ++failures;
+  }
+  args.q_len = 0;
+  args.batch = 1 << 23; /* 2^23 x 512 page-table entries */
+  args.max_pages_per_seq = 512;
+  if (skipsoftmax_decode_workspace_size(&args, NULL, error, sizeof error) != -1 ||
+      strstr(error, "page-table entries") == NULL) {
+    fprintf(stderr, "FAILED: a page table of 2^32 entries is refused (got \"%s\")\n", error);
     ++failures;
   }
   printf("consumer_c: %s (%d splits at 1 x 32k)\n", failures ? "FAILED" : "ok", splits);

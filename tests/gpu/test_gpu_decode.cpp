@@ -277,6 +277,38 @@ TEST(GpuDecode, PerLengthTableAndDispatch) {
   EXPECT_EQ(run_gpu(skippable, guarded_row, 2).kernel, KernelChoice::kSkip);
 }
 
+// run_decode_host checks the arguments and its host tensors before it looks for a GPU (pure
+// host logic): the kernels would read past a page-table row, or a page past the cache.
+TEST(GpuDecode, HostWrapperChecksItsTensorsFirst) {
+  const Case c = make_case(DType::kBF16, 8, 2, 128, 64, {100, 300}, 3);
+  const auto message = [](const DecodeArguments& a, const Case& k) -> std::string {
+    try {
+      run_decode_host(a, k.q, k.k_pages, k.v_pages, k.page_table, k.lens);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    } catch (const std::runtime_error&) {
+      return "";  // the GPU check, or the GPU itself: the arguments passed
+    }
+    return "";
+  };
+  const DecodeArguments a = args_of(c, Threshold::dense(), 1);
+  EXPECT_EQ(message(a, c), "");
+  DecodeArguments longer = a;
+  longer.max_seq_len = 320;
+  EXPECT_NE(message(longer, c).find("max_seq_len (320) is not the longest seq_lens entry (300)"),
+            std::string::npos);
+  Case past = c;
+  past.lens[0] = 301;
+  EXPECT_NE(message(a, past).find("seq_lens[0] = 301 lies outside [q_len, max_seq_len]"),
+            std::string::npos);
+  Case outside = c;
+  outside.page_table[1] = static_cast<std::int32_t>(c.num_pages);
+  EXPECT_NE(message(a, outside).find("page_table[0][1] = "), std::string::npos);
+  Case short_q = c;
+  short_q.q.pop_back();
+  EXPECT_NE(message(a, short_q).find("q holds"), std::string::npos);
+}
+
 TEST(GpuDecode, AutomaticSplitsOnALongContext) {
   REQUIRE_HOPPER();
   const Case c = make_case(DType::kBF16, 32, 8, 128, 64, {40000}, 9);

@@ -257,5 +257,39 @@ TEST(GpuPrefill, CanImplementNamesTheProblem) {
   EXPECT_THROW(run_prefill(a, nullptr, nullptr), std::invalid_argument);
 }
 
+// run_prefill_host checks the arguments and its host tensors before it looks for a GPU, so that
+// the same message names a bad argument on any machine (pure host logic).
+TEST(GpuPrefill, HostWrapperChecksItsTensorsFirst) {
+  PrefillArguments a;
+  a.head_dim = 64;
+  a.num_heads_q = 2;
+  a.num_heads_kv = 1;
+  a.batch = 2;
+  a.total_q = a.total_k = 8;
+  a.max_seqlen_q = a.max_seqlen_k = 5;
+  const std::vector<std::uint16_t> q(8 * 2 * 64), kv(8 * 64);
+  const std::vector<std::int32_t> cu = {0, 3, 8};
+  const auto message = [&](const PrefillArguments& args, const std::vector<std::uint16_t>& qq,
+                           const std::vector<std::int32_t>& cu_q) -> std::string {
+    try {
+      run_prefill_host(args, qq, kv, kv, cu_q, cu);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    } catch (const std::runtime_error&) {
+      return "";  // the GPU check, or the GPU itself: the arguments passed
+    }
+    return "";
+  };
+  EXPECT_EQ(message(a, q, cu), "");
+  EXPECT_NE(message(a, std::vector<std::uint16_t>(7), cu).find("q holds 7 values"),
+            std::string::npos);
+  EXPECT_NE(message(a, q, {0, 3, 7}).find("cu_seqlens_q must run from 0 to 8"), std::string::npos);
+  EXPECT_NE(message(a, q, {0, 6, 8}).find("the longest sequence holds 6 tokens"),
+            std::string::npos);
+  PrefillArguments d = a;
+  d.head_dim = 96;
+  EXPECT_NE(message(d, q, cu).find("head_dim 96"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace skipsoftmax::gpu
