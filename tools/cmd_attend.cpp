@@ -110,9 +110,10 @@ void check_output(const std::string& path, const char* flag) {
 
 // The same file under two spellings (./o/x.npy, o/../o/x.npy) is the same file.
 bool same_file(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  const fs::path ca = fs::weakly_canonical(a, ec), cb = fs::weakly_canonical(b, ec);
-  return ec ? fs::path(a).lexically_normal() == fs::path(b).lexically_normal() : ca == cb;
+  std::error_code ea, eb;
+  const fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
+  if (ea || eb) return fs::path(a).lexically_normal() == fs::path(b).lexically_normal();
+  return ca == cb;
 }
 
 // The vote tiles: the flags' for the CPU reference (default 128 x 128); the kernel's for cuda,

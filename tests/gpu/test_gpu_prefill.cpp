@@ -260,14 +260,13 @@ TEST(GpuPrefill, CanImplementNamesTheProblem) {
 // run_prefill_host checks the arguments and its host tensors before it looks for a GPU, so that
 // the same message names a bad argument on any machine (pure host logic).
 TEST(GpuPrefill, HostWrapperChecksItsTensorsFirst) {
-  PrefillArguments a;
-  a.head_dim = 64;
+  PrefillArguments a;  // bf16, head dim 128: compiled in every build
   a.num_heads_q = 2;
   a.num_heads_kv = 1;
   a.batch = 2;
   a.total_q = a.total_k = 8;
   a.max_seqlen_q = a.max_seqlen_k = 5;
-  const std::vector<std::uint16_t> q(8 * 2 * 64), kv(8 * 64);
+  const std::vector<std::uint16_t> q(8 * 2 * 128), kv(8 * 128);
   const std::vector<std::int32_t> cu = {0, 3, 8};
   const auto message = [&](const PrefillArguments& args, const std::vector<std::uint16_t>& qq,
                            const std::vector<std::int32_t>& cu_q) -> std::string {
