@@ -1,5 +1,10 @@
 /* C API of the skipsoftmax GPU kernels, for engines in other languages and for ctypes.
- * Pointers are device pointers; the stream is a cudaStream_t (NULL: the default stream). */
+ * Pointers are device pointers; the stream is a cudaStream_t (NULL: the default stream).
+ *
+ * A zeroed struct is not the C++ defaults: set force_kernel = SKIPSOFTMAX_AUTO (0 forces the
+ * dense kernel), kv_order = 2 (sink then reverse, the order the tables are calibrated in; 0 is
+ * forward) and causal = 1 where wanted (0 is non-causal).
+ * Scale tables: at most 64 rows, bins strictly increasing and below 2^31, S finite and > 0. */
 #ifndef SKIPSOFTMAX_C_API_H_
 #define SKIPSOFTMAX_C_API_H_
 
@@ -90,7 +95,11 @@ int skipsoftmax_decode(const skipsoftmax_decode_args* args, void* stream, char* 
                        int error_len);
 
 /* Bytes of workspace skipsoftmax_decode needs for these arguments, and the splits it will use
- * (through *num_splits when non-NULL); -1 with a message in error when the arguments are bad. */
+ * (through *num_splits when non-NULL); -1 with a message in error when the arguments are bad.
+ * The whole argument check runs, device pointers included (non-NULL, 16-byte aligned). The size
+ * depends on every argument (the threshold and force_kernel too: skip launches split finer), so
+ * size it with the arguments of the launch; the combine kernel reads the workspace after
+ * skipsoftmax_decode returns, until the stream reaches it. */
 int64_t skipsoftmax_decode_workspace_size(const skipsoftmax_decode_args* args, int* num_splits,
                                           char* error, int error_len);
 

@@ -43,7 +43,7 @@ struct DecodeArguments {
   // Windowed launches run the dense kernel (skipping is not applied to local layers). 0: none.
   int window = 0;
   Threshold threshold;                  // the decode table (dense, per-length table or flat)
-  int num_splits = 0;                   // 0: chosen from batch, heads and max_seq_len
+  int num_splits = 0;                   // 0: chosen from all the arguments (decode_num_splits)
   // Skip kernel only: [batch][2] tiles visited and skipped per sequence, accumulated.
   unsigned long long* stats = nullptr;
   std::optional<KernelChoice> force_kernel;
@@ -61,7 +61,11 @@ int decode_num_splits(const DecodeArguments& args);
 std::string can_implement(const DecodeArguments& args);
 
 // Bytes of device workspace (split partial outputs and log-sum-exps) run_decode needs; the
-// workspace must be 16-byte aligned (as cudaMalloc returns it).
+// workspace must be 16-byte aligned (as cudaMalloc returns it). The size follows the split count,
+// which depends on every argument (a skip launch splits finer than a dense one at the same
+// shape): size it with the arguments of the launch, or with the largest a caller will pass. The
+// combine kernel reads the workspace after run_decode returns: it must outlive the stream's work,
+// and two streams need two workspaces.
 std::size_t decode_workspace_size(const DecodeArguments& args);
 
 // Launches the decode (and combine) kernels on `stream`. Throws std::invalid_argument when
@@ -79,7 +83,7 @@ namespace skipsoftmax {
 // lengths (within [q_len, max_seq_len], the longest equal to max_seq_len) and the page ids they
 // reach are checked first (std::invalid_argument), so that a bad argument is named on any machine.
 struct HostDecodeResult {
-  std::vector<std::uint16_t> out;         // [batch, num_heads_q, head_dim]
+  std::vector<std::uint16_t> out;         // [batch, q_len, num_heads_q, head_dim]
   std::vector<unsigned long long> stats;  // [batch][2] visited, skipped (skip kernel only)
   KernelChoice kernel = KernelChoice::kDense;
   int num_splits = 1;

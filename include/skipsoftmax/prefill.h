@@ -28,8 +28,11 @@ struct PrefillArguments {
   const void* k = nullptr;                     // [total_k, num_heads_kv, head_dim]; unused if paged
   const void* v = nullptr;                     // [total_k, num_heads_kv, head_dim]; unused if paged
   void* out = nullptr;                         // [total_q, num_heads_q, head_dim]
-  const std::int32_t* cu_seqlens_q = nullptr;  // device, [batch + 1]
-  const std::int32_t* cu_seqlens_k = nullptr;  // device, [batch + 1]
+  // device, [batch + 1] offsets: from 0, never decreasing, ending at total_q / total_k. They stay
+  // on the device, so only run_prefill_host checks them. Every sequence with queries needs keys,
+  // and a causal one at least as many keys as queries (else its rows are NaN).
+  const std::int32_t* cu_seqlens_q = nullptr;
+  const std::int32_t* cu_seqlens_k = nullptr;
   int batch = 0;
   std::int64_t total_q = 0;
   std::int64_t total_k = 0;

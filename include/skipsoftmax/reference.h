@@ -106,6 +106,8 @@ struct TileRecord {
 
 struct ReferenceOptions {
   Threshold threshold;       // dense, per-length table or flat lambda
+  // The default (128 x 128, forward) is not the kernels' vote: to reproduce their decisions pass
+  // prefill_vote_tiles(head_dim, order), or {.tile_k = decode_tile_k(head_dim)} for decode.
   TileShape tiles;           // tile_q is unused by decode
   int num_splits = 1;        // decode only: split-KV parts, each with its own running maximum
   bool collect_mass = true;  // the mass share costs exponentials of the skipped tiles

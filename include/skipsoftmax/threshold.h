@@ -1,6 +1,7 @@
 // Skip thresholds: per-length scale tables, the guard, and the dense/skip dispatch rule.
 //
-// A table is rows [seqlen_bin, S] with strictly increasing bins and finite S > 0. For a sequence
+// A table is rows [seqlen_bin, S] with strictly increasing bins and finite S > 0 (the GPU kernels
+// take at most 64 rows, with bins below 2^31; can_implement says so). For a sequence
 // whose KV length is L, the last row with seqlen_bin <= L gives S and lambda = S / L. The guard
 // makes the sequence exact dense (lambda = 0) when L is below the first bin or S >= L.
 #pragma once
