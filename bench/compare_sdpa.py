@@ -42,7 +42,7 @@ class PrefillArgs(ctypes.Structure):
         ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
         ("batch", ctypes.c_int), ("total_q", ctypes.c_int64), ("total_k", ctypes.c_int64),
         ("max_seqlen_q", ctypes.c_int), ("max_seqlen_k", ctypes.c_int),
-        ("kv_history", ctypes.c_int), ("num_heads_q", ctypes.c_int),
+        ("num_heads_q", ctypes.c_int),
         ("num_heads_kv", ctypes.c_int), ("causal", ctypes.c_int),
         ("softmax_scale", ctypes.c_double), ("kv_order", ctypes.c_int),
         ("table_rows", ctypes.c_int), ("table_bins", ctypes.c_void_p),

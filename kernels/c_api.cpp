@@ -140,7 +140,6 @@ extern "C" int skipsoftmax_prefill(const skipsoftmax_prefill_args* args, void* s
     p.total_k = a.total_k;
     p.max_seqlen_q = a.max_seqlen_q;
     p.max_seqlen_k = a.max_seqlen_k;
-    p.kv_history = a.kv_history != 0;
     p.num_heads_q = a.num_heads_q;
     p.num_heads_kv = a.num_heads_kv;
     p.causal = a.causal != 0;

@@ -114,19 +114,17 @@ std::string Threshold::describe() const {
   return out.str();
 }
 
-KernelChoice choose_prefill_kernel(const Threshold& threshold, std::int64_t max_kv_len,
-                                   bool has_kv_history, int batch) {
+KernelChoice choose_prefill_kernel(const Threshold& threshold, std::int64_t max_kv_len, int batch) {
   const std::int64_t first = threshold.first_skippable_length();
   if (first == kNeverSkippable) return KernelChoice::kDense;
   if (batch == 1) {
     return threshold.lambda_for(max_kv_len) > 0.0 ? KernelChoice::kSkip : KernelChoice::kDense;
   }
-  if (has_kv_history) return KernelChoice::kSkip;
   return max_kv_len < first ? KernelChoice::kDense : KernelChoice::kSkip;
 }
 
 KernelChoice choose_decode_kernel(const Threshold& threshold, std::int64_t max_kv_len, int batch) {
-  return choose_prefill_kernel(threshold, max_kv_len, false, batch);
+  return choose_prefill_kernel(threshold, max_kv_len, batch);
 }
 
 const char* to_string(KernelChoice choice) {

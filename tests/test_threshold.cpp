@@ -165,19 +165,16 @@ TEST(Threshold, FlatRejectsLambdaOutsideUnitInterval) {
   EXPECT_NO_THROW(Threshold::flat(0.999));
 }
 
-TEST(Dispatch, InitialPrefillBelowAndAtFirstSkippableLength) {
+// max_kv_len is the longest KV length, history included (chunked prefill as well as initial).
+TEST(Dispatch, PrefillBelowAndAtFirstSkippableLength) {
   const Threshold t = Threshold::table(two_row_table());  // first skippable length 2049
   for (int batch : {1, 3}) {
-    EXPECT_EQ(choose_prefill_kernel(t, 2048, false, batch), KernelChoice::kDense) << batch;
-    EXPECT_EQ(choose_prefill_kernel(t, 2049, false, batch), KernelChoice::kSkip) << batch;
-    EXPECT_EQ(choose_prefill_kernel(t, 100000, false, batch), KernelChoice::kSkip) << batch;
+    EXPECT_EQ(choose_prefill_kernel(t, 16, batch), KernelChoice::kDense) << batch;
+    EXPECT_EQ(choose_prefill_kernel(t, 2048, batch), KernelChoice::kDense) << batch;
+    EXPECT_EQ(choose_prefill_kernel(t, 2049, batch), KernelChoice::kSkip) << batch;
+    EXPECT_EQ(choose_prefill_kernel(t, 100000, batch), KernelChoice::kSkip) << batch;
   }
-}
-
-TEST(Dispatch, WithHistoryALargerBatchGuardsEachSequenceOnTheDevice) {
-  const Threshold t = Threshold::table(two_row_table());
-  EXPECT_EQ(choose_prefill_kernel(t, 16, true, 2), KernelChoice::kSkip);
-  EXPECT_EQ(choose_prefill_kernel(Threshold::flat(0.1), 1, true, 2), KernelChoice::kSkip);
+  EXPECT_EQ(choose_prefill_kernel(Threshold::flat(0.1), 1, 2), KernelChoice::kSkip);
 }
 
 // [1024, 4096) skips (S = 8), [4096, 10000] is guarded (S >= L), longer sequences skip again.
@@ -187,13 +184,11 @@ Threshold table_with_a_guarded_row() {
 
 TEST(Dispatch, ABatchOfOneRunsDenseWheneverItsOwnLambdaIsZero) {
   const Threshold t = table_with_a_guarded_row();
-  for (bool history : {false, true}) {
-    EXPECT_EQ(choose_prefill_kernel(t, 1000, history, 1), KernelChoice::kDense) << history;
-    EXPECT_EQ(choose_prefill_kernel(t, 2000, history, 1), KernelChoice::kSkip) << history;
-    EXPECT_EQ(choose_prefill_kernel(t, 4096, history, 1), KernelChoice::kDense) << history;
-    EXPECT_EQ(choose_prefill_kernel(t, 10000, history, 1), KernelChoice::kDense) << history;
-    EXPECT_EQ(choose_prefill_kernel(t, 20000, history, 1), KernelChoice::kSkip) << history;
-  }
+  EXPECT_EQ(choose_prefill_kernel(t, 1000, 1), KernelChoice::kDense);
+  EXPECT_EQ(choose_prefill_kernel(t, 2000, 1), KernelChoice::kSkip);
+  EXPECT_EQ(choose_prefill_kernel(t, 4096, 1), KernelChoice::kDense);
+  EXPECT_EQ(choose_prefill_kernel(t, 10000, 1), KernelChoice::kDense);
+  EXPECT_EQ(choose_prefill_kernel(t, 20000, 1), KernelChoice::kSkip);
   EXPECT_EQ(choose_decode_kernel(t, 5000, 1), KernelChoice::kDense);
   EXPECT_EQ(choose_decode_kernel(t, 20000, 1), KernelChoice::kSkip);
   EXPECT_EQ(choose_decode_kernel(Threshold::flat(0.1), 1, 1), KernelChoice::kSkip);
@@ -203,19 +198,16 @@ TEST(Dispatch, ABatchOfOneRunsDenseWheneverItsOwnLambdaIsZero) {
 TEST(Dispatch, ALargerBatchSeesOnlyItsLongestSequence) {
   // A shorter sequence of the batch may lie in [1024, 4096), where it skips.
   const Threshold t = table_with_a_guarded_row();
-  EXPECT_EQ(choose_prefill_kernel(t, 5000, false, 2), KernelChoice::kSkip);
+  EXPECT_EQ(choose_prefill_kernel(t, 5000, 2), KernelChoice::kSkip);
   EXPECT_EQ(choose_decode_kernel(t, 5000, 2), KernelChoice::kSkip);
   EXPECT_EQ(choose_decode_kernel(t, 1000, 64), KernelChoice::kDense);
 }
 
 TEST(Dispatch, DensePolicyAlwaysRunsTheDenseKernel) {
-  for (bool history : {false, true}) {
-    for (int batch : {1, 2}) {
-      EXPECT_EQ(choose_prefill_kernel(Threshold::dense(), 1 << 20, history, batch),
-                KernelChoice::kDense);
-      const Threshold never = Threshold::table(ScaleTable({{1, 1e300}}));
-      EXPECT_EQ(choose_prefill_kernel(never, 1 << 20, history, batch), KernelChoice::kDense);
-    }
+  for (int batch : {1, 2}) {
+    EXPECT_EQ(choose_prefill_kernel(Threshold::dense(), 1 << 20, batch), KernelChoice::kDense);
+    const Threshold never = Threshold::table(ScaleTable({{1, 1e300}}));
+    EXPECT_EQ(choose_prefill_kernel(never, 1 << 20, batch), KernelChoice::kDense);
   }
 }
 

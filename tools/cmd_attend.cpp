@@ -427,7 +427,6 @@ AttentionStats run_cuda(const AttendArgs& a, const Settings& s, const Inputs& in
     const std::int64_t lq = in.cu_q[b + 1] - in.cu_q[b], lk = in.cu_k[b + 1] - in.cu_k[b];
     args.max_seqlen_q = std::max<int>(args.max_seqlen_q, static_cast<int>(lq));
     args.max_seqlen_k = std::max<int>(args.max_seqlen_k, static_cast<int>(lk));
-    args.kv_history |= lk > lq;
   }
   args.num_heads_q = in.heads_q;
   args.num_heads_kv = in.heads_kv;

@@ -31,7 +31,6 @@ typedef struct skipsoftmax_prefill_args {
   int64_t total_k;
   int max_seqlen_q;
   int max_seqlen_k; /* the longest KV length, exactly: a batch of one is dispatched by it */
-  int kv_history; /* some sequence has kv_len > q_len */
   int num_heads_q;
   int num_heads_kv;
   int causal;

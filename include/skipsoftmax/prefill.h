@@ -40,7 +40,6 @@ struct PrefillArguments {
   // The longest KV of the batch, exactly: the dispatch rule reads it (a batch of one runs the
   // dense kernel when the lambda of this length is 0).
   int max_seqlen_k = 0;
-  bool kv_history = false;  // some sequence has kv_len > q_len (chunked prefill)
   int num_heads_q = 0;
   int num_heads_kv = 0;
   bool causal = true;                   // bottom-right aligned

@@ -74,16 +74,14 @@ class Threshold {
 
 enum class KernelChoice { kDense, kSkip };
 
-// Host dispatch for one prefill launch: the separately compiled dense kernel when no sequence of
-// the batch can skip, else the skip kernel, in which each sequence guards itself.
-// - A batch of one sequence is decided exactly: max_kv_len is then its KV length, so it runs the
-//   dense kernel whenever its own lambda is 0 (below the first bin, or a row with S >= L).
-// - Initial prefill (no KV history) of a larger batch: the dense kernel when the longest sequence
-//   cannot reach the first skippable length.
-// - With KV history the skip kernel is chosen for a larger batch whenever the policy can skip at
-//   all: a chunk's lambda depends on its sequence's whole KV length, which the host does not see.
-KernelChoice choose_prefill_kernel(const Threshold& threshold, std::int64_t max_kv_len,
-                                   bool has_kv_history, int batch);
+// Host dispatch for one prefill launch (max_kv_len: the longest KV length of the batch, history
+// included): the separately compiled dense kernel when no sequence of the batch can skip, else
+// the skip kernel, in which each sequence guards itself.
+// - A batch of one sequence is decided exactly: it runs the dense kernel whenever its own lambda
+//   is 0 (below the first bin, or a row with S >= L).
+// - A larger batch runs the dense kernel when its longest sequence cannot reach the first
+//   skippable length.
+KernelChoice choose_prefill_kernel(const Threshold& threshold, std::int64_t max_kv_len, int batch);
 
 // Host dispatch for one decode launch: the dense kernel when no sequence of the batch can skip
 // (a batch of one: its own lambda is 0; a larger batch: the longest sequence is below the first

@@ -367,7 +367,6 @@ void Engine::Impl::attention(int l, const StepMeta& m, StepKind kind) {
       a.v = paged.v_pages;
       a.cu_seqlens_k = meta_at(m.cu_k);
       a.total_k = m.total_k;
-      a.kv_history = true;
     } else {
       a.k = k.as();
       a.v = v.as();

@@ -78,7 +78,6 @@ struct HostBatch {
   std::vector<float> q, k, v;  // widened from the 16-bit values
   std::vector<std::int32_t> cu_q, cu_k;
   int max_q = 0, max_k = 0;
-  bool history = false;
 };
 
 inline HostBatch make_host_batch(DType dtype, int hq, int hkv, int dim,
@@ -110,7 +109,6 @@ inline HostBatch make_host_batch(DType dtype, int hq, int hkv, int dim,
     b.cu_k.push_back(b.cu_k.back() + static_cast<std::int32_t>(kv_lens[i]));
     b.max_q = std::max<int>(b.max_q, static_cast<int>(q_lens[i]));
     b.max_k = std::max<int>(b.max_k, static_cast<int>(kv_lens[i]));
-    b.history |= kv_lens[i] > q_lens[i];
   }
   for (auto* t : {&b.q, &b.k, &b.v}) {
     for (float& x : *t) x = from_bits(to_bits(x, dtype), dtype);
@@ -172,7 +170,6 @@ inline PrefillArguments prefill_args(const HostBatch& b, const DeviceBatch& d, b
   a.total_k = d.total_k;
   a.max_seqlen_q = b.max_q;
   a.max_seqlen_k = b.max_k;
-  a.kv_history = b.history;
   a.num_heads_q = b.hq;
   a.num_heads_kv = b.hkv;
   a.causal = causal;

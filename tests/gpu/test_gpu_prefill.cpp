@@ -223,10 +223,14 @@ TEST(GpuPrefill, DispatchPicksDenseBelowTheFirstSkippableLength) {
   const HostBatch b = make_host_batch(DType::kBF16, 2, 1, 128, {500}, {500}, 3);
   const Threshold th = Threshold::table(ScaleTable({{4096, 10.0}}));
   EXPECT_EQ(run_gpu(b, true, th, KvOrder::kForward).kernel, KernelChoice::kDense);
-  // With KV history a batch of two cannot tell its shorter sequence's length on the host; a
-  // batch of one is its longest sequence.
+  // With KV history too the longest KV length decides: below the first bin the dense kernel,
+  // with the guard's bits; from it on the skip kernel.
   const HostBatch h = make_host_batch(DType::kBF16, 2, 1, 128, {100, 100}, {500, 300}, 3);
-  EXPECT_EQ(run_gpu(h, true, th, KvOrder::kForward).kernel, KernelChoice::kSkip);
+  const Result dense = run_gpu(h, true, th, KvOrder::kForward);
+  EXPECT_EQ(dense.kernel, KernelChoice::kDense);
+  EXPECT_TRUE(dense.bits == run_gpu(h, true, th, KvOrder::kForward, KernelChoice::kSkip).bits);
+  const HostBatch longer = make_host_batch(DType::kBF16, 2, 1, 128, {100, 100}, {5000, 300}, 3);
+  EXPECT_EQ(run_gpu(longer, true, th, KvOrder::kForward).kernel, KernelChoice::kSkip);
   const HostBatch one = make_host_batch(DType::kBF16, 2, 1, 128, {100}, {500}, 3);
   EXPECT_EQ(run_gpu(one, true, th, KvOrder::kForward).kernel, KernelChoice::kDense);
 }
