@@ -93,6 +93,29 @@ int kernel_code(skipsoftmax::KernelChoice choice) {
 
 }  // namespace
 
+// The defaults are read off the C++ structs, so that the two cannot drift apart.
+extern "C" void skipsoftmax_prefill_args_init(skipsoftmax_prefill_args* args) {
+  if (args == nullptr) return;
+  const skipsoftmax::PrefillArguments d;
+  std::memset(args, 0, sizeof *args);
+  args->dtype = d.dtype == skipsoftmax::DType::kBF16 ? SKIPSOFTMAX_BF16 : SKIPSOFTMAX_FP16;
+  args->head_dim = d.head_dim;
+  args->causal = d.causal ? 1 : 0;
+  args->kv_order = static_cast<int>(d.kv_order);
+  args->force_kernel = SKIPSOFTMAX_AUTO;
+}
+
+extern "C" void skipsoftmax_decode_args_init(skipsoftmax_decode_args* args) {
+  if (args == nullptr) return;
+  const skipsoftmax::DecodeArguments d;
+  std::memset(args, 0, sizeof *args);
+  args->dtype = d.dtype == skipsoftmax::DType::kBF16 ? SKIPSOFTMAX_BF16 : SKIPSOFTMAX_FP16;
+  args->head_dim = d.head_dim;
+  args->num_splits = d.num_splits;
+  args->q_len = d.q_len;
+  args->force_kernel = SKIPSOFTMAX_AUTO;
+}
+
 extern "C" int skipsoftmax_decode(const skipsoftmax_decode_args* args, void* stream, char* error,
                                   int error_len) {
   try {

@@ -1,9 +1,10 @@
 /* C API of the skipsoftmax GPU kernels, for engines in other languages and for ctypes.
  * Pointers are device pointers; the stream is a cudaStream_t (NULL: the default stream).
  *
- * A zeroed struct is not the C++ defaults: set force_kernel = SKIPSOFTMAX_AUTO (0 forces the
- * dense kernel), kv_order = 2 (sink then reverse, the order the tables are calibrated in; 0 is
- * forward) and causal = 1 where wanted (0 is non-causal).
+ * Start from skipsoftmax_prefill_args_init / skipsoftmax_decode_args_init, which set the C++
+ * defaults. A zeroed struct is not those defaults: its force_kernel 0 forces the dense kernel, its
+ * kv_order 0 is forward (the tables are calibrated sink then reverse, 2) and its causal 0 is
+ * non-causal.
  * Scale tables: at most 64 rows, bins strictly increasing and below 2^31, S finite and > 0. */
 #ifndef SKIPSOFTMAX_C_API_H_
 #define SKIPSOFTMAX_C_API_H_
@@ -83,6 +84,12 @@ typedef struct skipsoftmax_decode_args {
   int window;           /* sliding window in keys (dense threshold); 0: none */
   int q_len;            /* new tokens per sequence (speculative verification); 0: one */
 } skipsoftmax_decode_args;
+
+/* Fill *args with the C++ defaults (skipsoftmax/prefill.h, skipsoftmax/decode.h): bf16, head dim
+ * 128, causal, kv_order 2, force_kernel SKIPSOFTMAX_AUTO, the default softmax scale, flat lambda 0
+ * (dense), one new token per sequence, automatic splits; every pointer NULL and every size 0. */
+void skipsoftmax_prefill_args_init(skipsoftmax_prefill_args* args);
+void skipsoftmax_decode_args_init(skipsoftmax_decode_args* args);
 
 /* Runs prefill attention. Returns the kernel launched (SKIPSOFTMAX_DENSE or SKIPSOFTMAX_SKIP), or
  * -1 with a message in error (truncated to error_len, always terminated). */

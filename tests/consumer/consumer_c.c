@@ -1,5 +1,5 @@
-/* The C API through the installed package, compiled as C: workspace sizing and the error text
- * for a bad argument (neither needs a GPU). */
+/* The C API through the installed package, compiled as C: the argument structs' defaults,
+ * workspace sizing and the error text for a bad argument (none needs a GPU). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,9 +11,33 @@ int main(void) {
   char error[256];
   int splits = 0;
   int failures = 0;
-  memset(&args, 0, sizeof args);
-  args.dtype = SKIPSOFTMAX_BF16;
-  args.head_dim = 128;
+  skipsoftmax_prefill_args prefill;
+
+  /* Garbage first, so that a field the init functions leave alone shows. */
+  memset(&prefill, 0x5a, sizeof prefill);
+  skipsoftmax_prefill_args_init(&prefill);
+  if (prefill.dtype != SKIPSOFTMAX_BF16 || prefill.head_dim != 128 || prefill.causal != 1 ||
+      prefill.kv_order != 2 || prefill.force_kernel != SKIPSOFTMAX_AUTO || prefill.q != NULL ||
+      prefill.table_rows != 0 || prefill.flat_lambda != 0.0 || prefill.softmax_scale != 0.0 ||
+      prefill.stats != NULL || prefill.k_pages != NULL || prefill.window != 0) {
+    fprintf(stderr, "FAILED: skipsoftmax_prefill_args_init sets the C++ defaults\n");
+    ++failures;
+  }
+  prefill.head_dim = 96; /* checked before any device work: no GPU needed */
+  if (skipsoftmax_prefill(&prefill, NULL, error, sizeof error) != -1 ||
+      strstr(error, "head_dim 96") == NULL) {
+    fprintf(stderr, "FAILED: prefill refuses head_dim 96 by name (got \"%s\")\n", error);
+    ++failures;
+  }
+  memset(&args, 0x5a, sizeof args);
+  skipsoftmax_decode_args_init(&args);
+  if (args.dtype != SKIPSOFTMAX_BF16 || args.head_dim != 128 || args.q_len != 1 ||
+      args.num_splits != 0 || args.force_kernel != SKIPSOFTMAX_AUTO || args.workspace != NULL ||
+      args.table_rows != 0 || args.flat_lambda != 0.0 || args.softmax_scale != 0.0 ||
+      args.stats != NULL || args.window != 0) {
+    fprintf(stderr, "FAILED: skipsoftmax_decode_args_init sets the C++ defaults\n");
+    ++failures;
+  }
   args.q = (const void*)0x10000;
   args.out = (void*)0x20000;
   args.k_pages = (const void*)0x40000;
@@ -27,7 +51,6 @@ int main(void) {
   args.max_seq_len = 32768;
   args.num_heads_q = 32;
   args.num_heads_kv = 8;
-  args.force_kernel = SKIPSOFTMAX_AUTO;
 
   if (skipsoftmax_decode_workspace_size(&args, &splits, error, sizeof error) <= 0 || splits < 2) {
     fprintf(stderr, "FAILED: a split 32k decode needs a workspace (%s)\n", error);
