@@ -87,6 +87,37 @@ skipsoftmax::DecodeArguments decode_arguments(const skipsoftmax_decode_args* arg
   return d;
 }
 
+skipsoftmax::PrefillArguments prefill_arguments(const skipsoftmax_prefill_args* args) {
+  if (args == nullptr) throw std::invalid_argument("args is NULL");
+  const skipsoftmax_prefill_args& a = *args;
+  if (a.kv_order < 0 || a.kv_order > 2) throw std::invalid_argument("kv_order must be 0, 1 or 2");
+  skipsoftmax::PrefillArguments p;
+  p.dtype = dtype_of(a.dtype);
+  p.head_dim = a.head_dim;
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.out = a.out;
+  p.cu_seqlens_q = a.cu_seqlens_q;
+  p.cu_seqlens_k = a.cu_seqlens_k;
+  p.batch = a.batch;
+  p.total_q = a.total_q;
+  p.total_k = a.total_k;
+  p.max_seqlen_q = a.max_seqlen_q;
+  p.max_seqlen_k = a.max_seqlen_k;
+  p.num_heads_q = a.num_heads_q;
+  p.num_heads_kv = a.num_heads_kv;
+  p.causal = a.causal != 0;
+  p.softmax_scale = scale_of(a.softmax_scale);
+  p.threshold = threshold_of(a);
+  p.kv_order = static_cast<skipsoftmax::KvOrder>(a.kv_order);
+  p.stats = a.stats;
+  p.force_kernel = forced(a);
+  p.window = a.window;
+  p.paged_kv = {a.k_pages, a.v_pages, a.num_pages, a.page_size, a.page_table, a.max_pages_per_seq};
+  return p;
+}
+
 int kernel_code(skipsoftmax::KernelChoice choice) {
   return choice == skipsoftmax::KernelChoice::kSkip ? SKIPSOFTMAX_SKIP : SKIPSOFTMAX_DENSE;
 }
@@ -146,35 +177,23 @@ extern "C" int64_t skipsoftmax_decode_workspace_size(const skipsoftmax_decode_ar
 extern "C" int skipsoftmax_prefill(const skipsoftmax_prefill_args* args, void* stream, char* error,
                                    int error_len) {
   try {
-    if (args == nullptr) throw std::invalid_argument("args is NULL");
-    const skipsoftmax_prefill_args& a = *args;
-    if (a.kv_order < 0 || a.kv_order > 2) throw std::invalid_argument("kv_order must be 0, 1 or 2");
-    skipsoftmax::PrefillArguments p;
-    p.dtype = dtype_of(a.dtype);
-    p.head_dim = a.head_dim;
-    p.q = a.q;
-    p.k = a.k;
-    p.v = a.v;
-    p.out = a.out;
-    p.cu_seqlens_q = a.cu_seqlens_q;
-    p.cu_seqlens_k = a.cu_seqlens_k;
-    p.batch = a.batch;
-    p.total_q = a.total_q;
-    p.total_k = a.total_k;
-    p.max_seqlen_q = a.max_seqlen_q;
-    p.max_seqlen_k = a.max_seqlen_k;
-    p.num_heads_q = a.num_heads_q;
-    p.num_heads_kv = a.num_heads_kv;
-    p.causal = a.causal != 0;
-    p.softmax_scale = scale_of(a.softmax_scale);
-    p.threshold = threshold_of(a);
-    p.kv_order = static_cast<skipsoftmax::KvOrder>(a.kv_order);
-    p.stats = a.stats;
-    p.force_kernel = forced(a);
-    p.window = a.window;
-    p.paged_kv = {a.k_pages, a.v_pages, a.num_pages, a.page_size, a.page_table,
-                  a.max_pages_per_seq};
+    const skipsoftmax::PrefillArguments p = prefill_arguments(args);
     return kernel_code(skipsoftmax::run_prefill(p, nullptr, stream));
+  } catch (const std::exception& e) {
+    set_error(error, error_len, e.what());
+    return -1;
+  }
+}
+
+extern "C" int skipsoftmax_prefill_can_implement(const skipsoftmax_prefill_args* args, char* error,
+                                                 int error_len) {
+  try {
+    const skipsoftmax::PrefillArguments p = prefill_arguments(args);
+    if (const std::string why = skipsoftmax::can_implement(p); !why.empty()) {
+      throw std::invalid_argument("prefill: " + why);
+    }
+    return kernel_code(p.force_kernel.value_or(
+        skipsoftmax::choose_prefill_kernel(p.threshold, p.max_seqlen_k, p.batch)));
   } catch (const std::exception& e) {
     set_error(error, error_len, e.what());
     return -1;

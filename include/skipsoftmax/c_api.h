@@ -96,6 +96,12 @@ void skipsoftmax_decode_args_init(skipsoftmax_decode_args* args);
 int skipsoftmax_prefill(const skipsoftmax_prefill_args* args, void* stream, char* error,
                         int error_len);
 
+/* The whole argument check of skipsoftmax_prefill, device pointers included (non-NULL, 16-byte
+ * aligned), without a launch or a GPU: returns the kernel it would launch, or -1 with a message in
+ * error. */
+int skipsoftmax_prefill_can_implement(const skipsoftmax_prefill_args* args, char* error,
+                                      int error_len);
+
 /* Runs paged decode attention (and the split combine); returns like skipsoftmax_prefill. */
 int skipsoftmax_decode(const skipsoftmax_decode_args* args, void* stream, char* error,
                        int error_len);

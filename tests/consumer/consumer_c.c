@@ -23,10 +23,49 @@ int main(void) {
     fprintf(stderr, "FAILED: skipsoftmax_prefill_args_init sets the C++ defaults\n");
     ++failures;
   }
+  /* One 32k sequence, 32/8 heads: the kernel the dispatch picks, and a bad head dim by name. */
+  prefill.q = (const void*)0x10000;
+  prefill.k = (const void*)0x20000;
+  prefill.v = (const void*)0x30000;
+  prefill.out = (void*)0x40000;
+  prefill.cu_seqlens_q = (const int32_t*)0x50000;
+  prefill.cu_seqlens_k = (const int32_t*)0x60000;
+  prefill.batch = 1;
+  prefill.total_q = prefill.total_k = 32768;
+  prefill.max_seqlen_q = prefill.max_seqlen_k = 32768;
+  prefill.num_heads_q = 32;
+  prefill.num_heads_kv = 8;
+  if (skipsoftmax_prefill_can_implement(&prefill, error, sizeof error) != SKIPSOFTMAX_DENSE) {
+    fprintf(stderr, "FAILED: lambda 0 is the dense kernel (%s)\n", error);
+    ++failures;
+  }
+  {
+    const int64_t bins[] = {2048, 4096};
+    const double scales[] = {40.0, 60.0};
+    prefill.table_rows = 2;
+    prefill.table_bins = bins;
+    prefill.table_scales = scales;
+    if (skipsoftmax_prefill_can_implement(&prefill, error, sizeof error) != SKIPSOFTMAX_SKIP) {
+      fprintf(stderr, "FAILED: 32k past a table's first bin is the skip kernel (%s)\n", error);
+      ++failures;
+    }
+    prefill.max_seqlen_q = prefill.max_seqlen_k = prefill.total_q = prefill.total_k = 1024;
+    if (skipsoftmax_prefill_can_implement(&prefill, error, sizeof error) != SKIPSOFTMAX_DENSE) {
+      fprintf(stderr, "FAILED: 1k below the first bin is the dense kernel (%s)\n", error);
+      ++failures;
+    }
+    prefill.table_rows = 0;
+  }
   prefill.head_dim = 96; /* checked before any device work: no GPU needed */
-  if (skipsoftmax_prefill(&prefill, NULL, error, sizeof error) != -1 ||
+  if (skipsoftmax_prefill_can_implement(&prefill, error, sizeof error) != -1 ||
       strstr(error, "head_dim 96") == NULL) {
     fprintf(stderr, "FAILED: prefill refuses head_dim 96 by name (got \"%s\")\n", error);
+    ++failures;
+  }
+  error[0] = '\0';
+  if (skipsoftmax_prefill(&prefill, NULL, error, sizeof error) != -1 ||
+      strstr(error, "head_dim 96") == NULL) {
+    fprintf(stderr, "FAILED: the launch refuses head_dim 96 first (got \"%s\")\n", error);
     ++failures;
   }
   memset(&args, 0x5a, sizeof args);
