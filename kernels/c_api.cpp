@@ -63,6 +63,10 @@ skipsoftmax::DType dtype_of(int dtype) {
   return dtype == SKIPSOFTMAX_BF16 ? skipsoftmax::DType::kBF16 : skipsoftmax::DType::kF16;
 }
 
+int dtype_code(skipsoftmax::DType dtype) {
+  return dtype == skipsoftmax::DType::kBF16 ? SKIPSOFTMAX_BF16 : SKIPSOFTMAX_FP16;
+}
+
 skipsoftmax::DecodeArguments decode_arguments(const skipsoftmax_decode_args* args) {
   if (args == nullptr) throw std::invalid_argument("args is NULL");
   const skipsoftmax_decode_args& a = *args;
@@ -129,7 +133,7 @@ extern "C" void skipsoftmax_prefill_args_init(skipsoftmax_prefill_args* args) {
   if (args == nullptr) return;
   const skipsoftmax::PrefillArguments d;
   std::memset(args, 0, sizeof *args);
-  args->dtype = d.dtype == skipsoftmax::DType::kBF16 ? SKIPSOFTMAX_BF16 : SKIPSOFTMAX_FP16;
+  args->dtype = dtype_code(d.dtype);
   args->head_dim = d.head_dim;
   args->causal = d.causal ? 1 : 0;
   args->kv_order = static_cast<int>(d.kv_order);
@@ -140,7 +144,7 @@ extern "C" void skipsoftmax_decode_args_init(skipsoftmax_decode_args* args) {
   if (args == nullptr) return;
   const skipsoftmax::DecodeArguments d;
   std::memset(args, 0, sizeof *args);
-  args->dtype = d.dtype == skipsoftmax::DType::kBF16 ? SKIPSOFTMAX_BF16 : SKIPSOFTMAX_FP16;
+  args->dtype = dtype_code(d.dtype);
   args->head_dim = d.head_dim;
   args->num_splits = d.num_splits;
   args->q_len = d.q_len;
