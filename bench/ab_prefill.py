@@ -16,9 +16,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
+
+from processes import run_json_process
 
 
 def parse_variant(text):
@@ -86,17 +87,8 @@ def main():
             order = args.variant if rep % 2 == 0 else args.variant[::-1]
             for name, path in order:
                 out = os.path.join(work, f"{name}_{rep}.json")
-                cmd = [path, *bench_args, "--json", out]
-                print(f"[rep {rep + 1}/{args.reps}] {name}: {' '.join(cmd)}", file=sys.stderr,
-                      flush=True)
-                try:
-                    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-                except subprocess.TimeoutExpired:
-                    sys.exit(f"ab_prefill: {name} ran past --timeout {args.timeout} s")
-                if done.returncode != 0:
-                    sys.exit(f"ab_prefill: {name} exited {done.returncode}:\n{done.stderr[-2000:]}")
-                with open(out) as f:
-                    run = json.load(f)
+                run = run_json_process([path, *bench_args, "--json", out], out, args.timeout,
+                                       f"ab_prefill: [rep {rep + 1}/{args.reps}] {name}")
                 run.update(variant=name, binary=path, rep=rep)
                 runs.append(run)
 

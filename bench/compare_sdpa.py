@@ -15,6 +15,11 @@ counted as ours are. It has fp16 and MHA only, so every arm then runs fp16 MHA (
 --heads-kv equal to --heads-q).
 
   python3 bench/compare_sdpa.py --lib build/libskipsoftmax_capi.so --json out.json
+
+Medians move 1-5% from one process to the next on the H200 (the clock under its power cap), more
+than between the arms of one process. With --processes N the script runs itself N times, each
+process printing its table, and then prints and writes the median over the processes of each arm's
+ms and speedup over cuDNN, with that speedup's range (the JSON keeps every process's results).
 """
 import argparse
 import ctypes
@@ -24,13 +29,15 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from cutlass_peer import cutlass_fmha_ms
-from timing_stats import paired_speedups, quartiles
+from processes import run_json_process, without_options
+from timing_stats import across_processes, paired_speedups, quartiles
 
 
 class PrefillArgs(ctypes.Structure):
@@ -165,6 +172,41 @@ def sdpa(backend, q, k, v, batch, seq_len, causal):
     return run
 
 
+def over_processes(args):
+    """Runs this comparison in args.processes processes and summarizes them."""
+    docs = []
+    with tempfile.TemporaryDirectory() as work:
+        for i in range(args.processes):
+            out = os.path.join(work, f"process_{i}.json")
+            # The last --processes and --json win, abbreviated or not.
+            own = without_options(sys.argv[1:], ("--processes", "--timeout", "--json"))
+            cmd = [sys.executable, os.path.abspath(__file__), *own, "--processes", "1",
+                   "--json", out]
+            docs.append(run_json_process(cmd, out, args.timeout,
+                                         f"compare_sdpa: process {i + 1}/{args.processes}",
+                                         quiet=False))
+    summary = across_processes(docs)
+    print(f"median over {args.processes} processes")
+    print(f"{'length':>7} {'batch':>5} {'arm':<22} {'ms':>9} {'sparsity':>9} {'vs cuDNN':>9} "
+          f"{'range':>13}")
+    for row in summary:
+        ratio, span = row["speedup_vs_cudnn"], row["speedup_vs_cudnn_range"]
+        ratio_s = f"{ratio:.3f}x" if ratio is not None else "-"
+        span_s = f"{span[0]:.3f}-{span[1]:.3f}" if span and row["arm"] != "cuDNN (SDPA)" else "-"
+        print(f"{row['length']:>7} {row['batch']:>5} {row['arm']:<22} {row['ms']:>9.3f} "
+              f"{100 * row['tile_sparsity']:>8.1f}% {ratio_s:>9} {span_s:>13}")
+    if args.json:
+        doc = {"command": " ".join(sys.argv), "git_revision": args.git_revision,
+               "gpu": docs[0].get("gpu"), "processes": args.processes,
+               "timing": "per arm, the median over the processes of each process's median; "
+                         "speedup_vs_cudnn_range: the least and the greatest process's ratio. "
+                         "runs: each process's own JSON",
+               "summary": summary, "runs": docs}
+        with open(args.json + ".tmp", "w") as f:
+            json.dump(doc, f, indent=2, allow_nan=False)
+        os.replace(args.json + ".tmp", args.json)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lib", required=True, help="path of libskipsoftmax_capi.so")
@@ -189,6 +231,9 @@ def main():
     p.add_argument("--cutlass-fmha", help="path of CUTLASS's 88_hopper_fmha binary (fp16 only)")
     p.add_argument("--cutlass-runs", type=int, default=5, help="runs of the CUTLASS example per length")
     p.add_argument("--cutlass-iterations", type=int, default=20, help="timed calls per CUTLASS run")
+    p.add_argument("--processes", type=int, default=1,
+                   help="run the whole comparison in N processes and summarize over them")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per process (--processes)")
     args = p.parse_args()
     if args.rounds < 1 or args.iters < 1:
         p.error("--rounds and --iters must be at least 1")
@@ -200,6 +245,10 @@ def main():
     if args.cutlass_fmha and (args.dtype != "fp16" or args.heads_kv != args.heads_q):
         p.error("--cutlass-fmha: CUTLASS's example has fp16 and MHA only; for the same shape in "
                 f"every arm add --dtype fp16 --heads-kv {args.heads_q}")
+    if args.processes < 1:
+        p.error("--processes must be at least 1")
+    if args.processes > 1:
+        return over_processes(args)
 
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     causal = not args.non_causal

@@ -1,6 +1,7 @@
 """The benchmark tools that need no GPU: the prefill A/B driver (bench/ab_prefill.py) and the
 reader of CUTLASS's example (bench/cutlass_peer.py), against stand-ins for the programs they run,
-the order statistics of the side-by-side benchmarks (bench/timing_stats.py), the reader of
+the process runner (bench/processes.py), the order statistics of the side-by-side benchmarks and
+their summary over processes (bench/timing_stats.py), the reader of
 captured Q/K/V (bench/captures.py) and the channel-box bound of bench/box_bound_study.py."""
 import json
 import os
@@ -15,7 +16,8 @@ import unittest
 BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 from cutlass_peer import cutlass_fmha_ms  # noqa: E402
-from timing_stats import paired_speedups, quartiles  # noqa: E402
+from processes import run_json_process, without_options  # noqa: E402
+from timing_stats import across_processes, paired_speedups, quartiles  # noqa: E402
 
 try:
     import numpy as np
@@ -213,6 +215,64 @@ class TimingStats(unittest.TestCase):
         self.assertEqual(paired_speedups([2.0, 4.0, 6.0], [2.0, 2.0, 2.0]), (1.5, 2.0, 2.5))
         with self.assertRaisesRegex(ValueError, "3 base calls against 2"):
             paired_speedups([1.0, 1.0, 1.0], [1.0, 1.0])
+
+
+    def test_across_processes_takes_medians_and_ranges(self):
+        def doc(cudnn_ms, ours_ms):
+            return {"results": [
+                {"length": 32768, "batch": 2, "arm": "cuDNN (SDPA)", "ms": cudnn_ms,
+                 "tile_sparsity": 0.0, "speedup_vs_cudnn": 1.0},
+                {"length": 32768, "batch": 2, "arm": "ours dense", "ms": ours_ms,
+                 "tile_sparsity": 0.0, "speedup_vs_cudnn": cudnn_ms / ours_ms}]}
+        # Three processes: ours at 1.10x, 1.00x and 1.25x cuDNN; the median ratio is 1.10x, not
+        # the ratio of the median times (28 / 25 = 1.12x) nor the mean.
+        docs = [doc(27.5, 25.0), doc(28.0, 28.0), doc(30.0, 24.0)]
+        cudnn, ours = across_processes(docs)
+        self.assertEqual((cudnn["arm"], cudnn["processes"], cudnn["ms"]), ("cuDNN (SDPA)", 3, 28.0))
+        self.assertEqual((ours["length"], ours["batch"], ours["ms"]), (32768, 2, 25.0))
+        self.assertAlmostEqual(ours["speedup_vs_cudnn"], 1.1)
+        self.assertAlmostEqual(ours["speedup_vs_cudnn_range"][0], 1.0)
+        self.assertAlmostEqual(ours["speedup_vs_cudnn_range"][1], 1.25)
+        # A process without cuDNN (unavailable there) has no ratios: none is summarized.
+        docs[1]["results"][1]["speedup_vs_cudnn"] = None
+        self.assertIsNone(across_processes(docs)[1]["speedup_vs_cudnn_range"])
+        # A process that lacks an arm is an error, not a smaller median.
+        del docs[2]["results"][1]
+        with self.assertRaisesRegex(ValueError, "process 3 has 0 rows for 'ours dense'"):
+            across_processes(docs)
+        with self.assertRaisesRegex(ValueError, "no processes"):
+            across_processes([])
+
+
+class Processes(unittest.TestCase):
+    def test_without_options_drops_each_spelling_and_its_value(self):
+        argv = ["--lib", "x.so", "--processes", "3", "--json=a.json", "--timeout", "9",
+                "--lengths", "8192", "--json", "b.json"]
+        self.assertEqual(without_options(argv, ("--processes", "--timeout", "--json")),
+                         ["--lib", "x.so", "--lengths", "8192"])
+
+    def test_run_json_process_reads_or_names_the_failure(self):
+        folder = temp_dir(self)
+        out = str(folder / "out.json")
+        writes = write_program(folder / "writes", f"""
+            #!/usr/bin/env python3
+            import json
+            json.dump({{"ok": 1}}, open({out!r}, "w"))
+        """)
+        self.assertEqual(run_json_process([writes], out, 60, "writes"), {"ok": 1})
+        silent = write_program(folder / "silent", """
+            #!/usr/bin/env python3
+        """)
+        missing = str(folder / "none.json")
+        with self.assertRaisesRegex(SystemExit, "silent wrote no readable JSON"):
+            run_json_process([silent], missing, 60, "silent")
+        fails = write_program(folder / "fails", """
+            #!/usr/bin/env python3
+            import sys
+            sys.exit("no GPU here")
+        """)
+        with self.assertRaisesRegex(SystemExit, "(?s)fails exited 1.*no GPU here"):
+            run_json_process([fails], missing, 60, "fails")
 
 
 @unittest.skipIf(np is None, "numpy is not installed")
