@@ -29,14 +29,13 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from cutlass_peer import cutlass_fmha_ms
-from processes import run_json_process, without_options
+from processes import script_in_processes, write_json
 from timing_stats import across_processes, paired_speedups, quartiles
 
 
@@ -174,17 +173,8 @@ def sdpa(backend, q, k, v, batch, seq_len, causal):
 
 def over_processes(args):
     """Runs this comparison in args.processes processes and summarizes them."""
-    docs = []
-    with tempfile.TemporaryDirectory() as work:
-        for i in range(args.processes):
-            out = os.path.join(work, f"process_{i}.json")
-            # The last --processes and --json win, abbreviated or not.
-            own = without_options(sys.argv[1:], ("--processes", "--timeout", "--json"))
-            cmd = [sys.executable, os.path.abspath(__file__), *own, "--processes", "1",
-                   "--json", out]
-            docs.append(run_json_process(cmd, out, args.timeout,
-                                         f"compare_sdpa: process {i + 1}/{args.processes}",
-                                         quiet=False))
+    docs = script_in_processes(__file__, sys.argv[1:], args.processes, args.timeout,
+                               "compare_sdpa")
     summary = across_processes(docs)
     print(f"median over {args.processes} processes")
     print(f"{'length':>7} {'batch':>5} {'arm':<22} {'ms':>9} {'sparsity':>9} {'vs cuDNN':>9} "
@@ -196,15 +186,13 @@ def over_processes(args):
         print(f"{row['length']:>7} {row['batch']:>5} {row['arm']:<22} {row['ms']:>9.3f} "
               f"{100 * row['tile_sparsity']:>8.1f}% {ratio_s:>9} {span_s:>13}")
     if args.json:
-        doc = {"command": " ".join(sys.argv), "git_revision": args.git_revision,
-               "gpu": docs[0].get("gpu"), "processes": args.processes,
-               "timing": "per arm, the median over the processes of each process's median; "
-                         "speedup_vs_cudnn_range: the least and the greatest process's ratio. "
-                         "runs: each process's own JSON",
-               "summary": summary, "runs": docs}
-        with open(args.json + ".tmp", "w") as f:
-            json.dump(doc, f, indent=2, allow_nan=False)
-        os.replace(args.json + ".tmp", args.json)
+        write_json(args.json, {
+            "command": " ".join(sys.argv), "git_revision": args.git_revision,
+            "gpu": docs[0].get("gpu"), "processes": args.processes,
+            "timing": "per arm, the median over the processes of each process's median; "
+                      "speedup_vs_cudnn_range: the least and the greatest process's ratio. "
+                      "runs: each process's own JSON",
+            "summary": summary, "runs": docs})
 
 
 def main():

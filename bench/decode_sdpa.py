@@ -42,6 +42,10 @@ read arms run under the PyTorch profiler, which reports per call the GPU time of
 gap between the flush's end and the call's first kernel, and the span to the call's last kernel's
 end. Prints a table and writes JSON.
 
+With --processes N the script runs itself N times, each process printing its table, and then
+prints and writes the median over the processes of each arm's time and ratios (to cuDNN, to our
+dense arm, to the copy) with each ratio's range: medians move 1-5% between processes on the H200.
+
   python3 bench/decode_sdpa.py --lib build-gpu/libskipsoftmax_capi.so --json out.json
   python3 bench/decode_sdpa.py --lib build-gpu/libskipsoftmax_capi.so --q-len 4 --json out.json
 """
@@ -60,6 +64,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 from compare_sdpa import interleaved_median_ms, rel_l2, structured
+from processes import script_in_processes, write_json
+from timing_stats import across_processes
 
 
 class DecodeArgs(ctypes.Structure):
@@ -358,6 +364,35 @@ class Ours:
             raise RuntimeError(self.err.value.decode())
 
 
+def over_processes(args):
+    """Runs this comparison in args.processes processes and summarizes them."""
+    docs = script_in_processes(__file__, sys.argv[1:], args.processes, args.timeout,
+                               "decode_sdpa")
+    summary = across_processes(docs)
+
+    def ratio(row, field):
+        value, span = row.get(field), row.get(field + "_range")
+        if value is None:
+            return f"{'-':>9} {'-':>13}"
+        return f"{value:>8.3f}x {span[0]:>6.3f}-{span[1]:.3f}"
+
+    print(f"median over {args.processes} processes (ranges: the least and the greatest process)")
+    print(f"{'batch':>5} {'length':>7} {'arm':<36} {'us':>9} {'of copy':>8} {'sparsity':>9} "
+          f"{'vs cuDNN':>9} {'range':>13} {'vs dense':>9} {'range':>13}")
+    for row in summary:
+        print(f"{row['batch']:>5} {row['length']:>7} {row['arm']:<36} {row['ms'] * 1e3:>9.1f} "
+              f"{row['fraction_of_copy']:>7.1%} {100 * row['tile_sparsity']:>8.1f}% "
+              f"{ratio(row, 'speedup_vs_cudnn')} {ratio(row, 'speedup_vs_ours_dense')}")
+    if args.json:
+        write_json(args.json, {
+            "command": " ".join(sys.argv), "git_revision": args.git_revision,
+            "gpu": docs[0].get("gpu"), "processes": args.processes,
+            "timing": "per arm, the median over the processes of each process's median and of "
+                      "its ratios; *_range: the least and the greatest process's. runs: each "
+                      "process's own JSON",
+            "summary": summary, "runs": docs})
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -410,9 +445,16 @@ def main():
                         "capture)")
     p.add_argument("--input-layers", help="with --inputs: the capture's layers stacked along the "
                                           "head axis, e.g. 0-29 or 5,11,17")
+    p.add_argument("--processes", type=int, default=1,
+                   help="run the whole comparison in N processes and summarize over them")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per process (--processes)")
     p.add_argument("--json")
     args = p.parse_args()
 
+    if args.processes < 1:
+        p.error("--processes must be at least 1")
+    if args.processes > 1 and args.timeline:
+        p.error("--timeline profiles calls of one process: run it without --processes")
     if args.timeline and args.flush_mb <= 0:
         p.error("--timeline marks each call by the flush before it: give --flush-mb > 0")
     if args.timeline and args.warm_metadata:
@@ -442,6 +484,8 @@ def main():
     if captured is not None and any(L > captured[0].shape[0] for _, L in configs):
         p.error(f"--inputs holds {captured[0].shape[0]} tokens: every length in --configs must "
                 "be at most that")
+    if args.processes > 1:
+        return over_processes(args)
     ours = Ours(args.lib)
     base = Ours(args.compare_lib) if args.compare_lib else None
     gen = torch.Generator(device="cuda").manual_seed(0)

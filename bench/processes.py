@@ -1,10 +1,12 @@
 """Benchmark processes that write a JSON (no GPU or PyTorch needed here): run one, check it, read
 what it wrote. The drivers that spread a measurement over processes use it (bench/ab_prefill.py,
-bench/compare_sdpa.py --processes), since on the H200 medians move 1-5% from one process to the
-next."""
+--processes of bench/compare_sdpa.py and bench/decode_sdpa.py), since on the H200 medians move
+1-5% from one process to the next."""
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 
 def run_json_process(cmd, json_path, timeout, label, quiet=True):
@@ -37,3 +39,31 @@ def without_options(argv, names):
         elif not any(a.startswith(n + "=") for n in names):
             out.append(a)
     return out
+
+
+def script_in_processes(script, argv, processes, timeout, label):
+    """Runs `python3 script argv` in `processes` processes, one after another, each with
+    --processes 1 and a --json of its own (argv's --processes, --timeout and --json left out; the
+    last of an option wins, so an abbreviation of them is overridden too), its output shown as it
+    runs; returns their JSONs."""
+    own = without_options(argv, ("--processes", "--timeout", "--json"))
+    docs = []
+    with tempfile.TemporaryDirectory() as work:
+        for i in range(processes):
+            out = os.path.join(work, f"process_{i}.json")
+            cmd = [sys.executable, os.path.abspath(script), *own, "--processes", "1", "--json", out]
+            docs.append(run_json_process(cmd, out, timeout,
+                                         f"{label}: process {i + 1}/{processes}", quiet=False))
+    return docs
+
+
+def write_json(path, doc):
+    """Writes doc to path through a temporary file, so that no half-written JSON is left."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=2, allow_nan=False)
+    except BaseException:
+        os.remove(tmp)
+        raise
+    os.replace(tmp, path)

@@ -22,30 +22,42 @@ def paired_speedups(base_ms, arm_ms):
     return quartiles([b / a for b, a in zip(base_ms, arm_ms)])
 
 
+# The ratios a benchmark row may carry, summarized over processes by their median and range.
+RATIOS = ("speedup_vs_cudnn", "speedup_vs_ours_dense", "fraction_of_copy")
+
+
 def across_processes(docs):
-    """One row per (length, arm) of compare_sdpa.py's JSON docs, one doc a process: the median
-    over the processes of each process's median ms and of its speedup over cuDNN, and that
-    speedup's range. Every process must have timed the same arms (a missing one is an error: the
-    summary would mix processes)."""
+    """One row per (batch, length, q_len, arm) of the side-by-side benchmarks' JSON docs
+    (compare_sdpa.py, decode_sdpa.py), one doc a process: the median over the processes of each
+    process's median ms and tile sparsity, and of each ratio of RATIOS the row has, with that
+    ratio's range (None where some process had none). Every process must have timed the same arms
+    (a missing one is an error: the summary would mix processes)."""
     if not docs:
         raise ValueError("across_processes: no processes")
-    keys = [(r["length"], r["arm"]) for r in docs[0]["results"]]
+
+    def key(r):
+        return r.get("batch"), r["length"], r.get("q_len"), r["arm"]
+
     table = []
-    for length, arm in keys:
+    for k in [key(r) for r in docs[0]["results"]]:
         rows = []
         for i, doc in enumerate(docs):
-            found = [r for r in doc["results"] if (r["length"], r["arm"]) == (length, arm)]
+            found = [r for r in doc["results"] if key(r) == k]
             if len(found) != 1:
                 raise ValueError(f"across_processes: process {i + 1} has {len(found)} rows for "
-                                 f"'{arm}' at length {length}")
+                                 f"'{k[3]}' at length {k[1]}")
             rows.append(found[0])
-        ratios = [r["speedup_vs_cudnn"] for r in rows]
-        has_ratio = all(x is not None for x in ratios)
-        table.append({
-            "length": length, "batch": rows[0].get("batch"), "arm": arm, "processes": len(rows),
-            "ms": statistics.median(r["ms"] for r in rows),
-            "tile_sparsity": statistics.median(r["tile_sparsity"] for r in rows),
-            "speedup_vs_cudnn": statistics.median(ratios) if has_ratio else None,
-            "speedup_vs_cudnn_range": [min(ratios), max(ratios)] if has_ratio else None,
-        })
+        entry = {"batch": k[0], "length": k[1], "arm": k[3], "processes": len(rows),
+                 "ms": statistics.median(r["ms"] for r in rows),
+                 "tile_sparsity": statistics.median(r["tile_sparsity"] for r in rows)}
+        if k[2] is not None:
+            entry["q_len"] = k[2]
+        for field in RATIOS:
+            if field not in rows[0]:
+                continue
+            values = [r.get(field) for r in rows]
+            known = all(v is not None for v in values)
+            entry[field] = statistics.median(values) if known else None
+            entry[field + "_range"] = [min(values), max(values)] if known else None
+        table.append(entry)
     return table

@@ -16,7 +16,8 @@ import unittest
 BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 from cutlass_peer import cutlass_fmha_ms  # noqa: E402
-from processes import run_json_process, without_options  # noqa: E402
+from processes import (run_json_process, script_in_processes, without_options,  # noqa: E402
+                       write_json)
 from timing_stats import across_processes, paired_speedups, quartiles  # noqa: E402
 
 try:
@@ -244,7 +245,61 @@ class TimingStats(unittest.TestCase):
             across_processes([])
 
 
+    def test_across_processes_keys_decode_rows_by_batch(self):
+        def doc(dense_us, skip_us):
+            rows = []
+            for batch in (1, 64):
+                for arm, us, sparsity in (("ours dense", dense_us * batch, 0.0),
+                                          ("ours skip lambda=0.001", skip_us * batch, 0.75)):
+                    rows.append({"batch": batch, "length": 32768, "q_len": 1, "arm": arm,
+                                 "ms": us / 1e3, "tile_sparsity": sparsity,
+                                 "fraction_of_copy": 40.0 / us, "speedup_vs_cudnn": None,
+                                 "speedup_vs_ours_dense": dense_us / us})
+            return {"results": rows}
+        rows = across_processes([doc(40.0, 32.0), doc(40.0, 25.0), doc(44.0, 40.0)])
+        self.assertEqual([(r["batch"], r["arm"]) for r in rows],
+                         [(1, "ours dense"), (1, "ours skip lambda=0.001"),
+                          (64, "ours dense"), (64, "ours skip lambda=0.001")])
+        skip = rows[1]
+        self.assertEqual((skip["q_len"], skip["tile_sparsity"]), (1, 0.75))
+        self.assertAlmostEqual(skip["speedup_vs_ours_dense"], 1.25)  # of 1.25, 1.6 and 1.1
+        self.assertAlmostEqual(skip["speedup_vs_ours_dense_range"][0], 1.1)
+        self.assertAlmostEqual(skip["speedup_vs_ours_dense_range"][1], 1.6)
+        self.assertAlmostEqual(skip["fraction_of_copy"], 40.0 / 32.0)
+        self.assertIsNone(skip["speedup_vs_cudnn"])  # no cuDNN arm in these processes
+        self.assertAlmostEqual(rows[3]["ms"], 64 * 32.0 / 1e3)
+
+
 class Processes(unittest.TestCase):
+    def test_script_in_processes_gives_each_process_its_own_json(self):
+        folder = temp_dir(self)
+        script = folder / "bench.py"
+        script.write_text(textwrap.dedent('''
+            import json, sys
+            argv = sys.argv[1:]
+            json.dump({"argv": argv}, open(argv[argv.index("--json") + 1], "w"))
+        '''))
+        docs = script_in_processes(str(script), ["--lengths", "8192", "--processes", "3",
+                                                 "--json", "out.json", "--timeout=9"],
+                                   2, 60, "bench")
+        self.assertEqual(len(docs), 2)
+        for i, doc in enumerate(docs):
+            argv = doc["argv"]
+            self.assertEqual(argv[:4], ["--lengths", "8192", "--processes", "1"])
+            self.assertEqual(argv[4], "--json")
+            self.assertTrue(argv[5].endswith(f"process_{i}.json"))
+            self.assertEqual(len(argv), 6)
+
+    def test_write_json_leaves_the_whole_file_or_none(self):
+        folder = temp_dir(self)
+        path = str(folder / "out.json")
+        write_json(path, {"a": [1, 2]})
+        self.assertEqual(json.loads(pathlib.Path(path).read_text()), {"a": [1, 2]})
+        with self.assertRaises(ValueError):
+            write_json(path, {"a": float("nan")})  # allow_nan=False: the old file stays
+        self.assertEqual(json.loads(pathlib.Path(path).read_text()), {"a": [1, 2]})
+        self.assertEqual(sorted(p.name for p in folder.iterdir()), ["out.json"])
+
     def test_without_options_drops_each_spelling_and_its_value(self):
         argv = ["--lib", "x.so", "--processes", "3", "--json=a.json", "--timeout", "9",
                 "--lengths", "8192", "--json", "b.json"]
