@@ -4,7 +4,8 @@
 # Writes into $OUT:
 #   gpu_tests.log          the GPU test suite
 #   bench_bf16_causal.json our kernels 4k-64k, bf16, causal, 32/8 heads, d128, lambda sweep
-#   compare_sdpa.json      the same shapes side by side with cuDNN and FlashAttention-2 (SDPA)
+#   compare_sdpa.json      the same shapes side by side with cuDNN and FlashAttention-2 (SDPA),
+#                          the median over three processes (medians move 1-5% between them)
 #   compare_sdpa_fp16_cutlass.json   fp16 MHA (32/32 heads) at 8k and 32k with CUTLASS's
 #                          88_hopper_fmha as a second peer, when its binary is there
 #                          (scripts/build-cutlass-fmha.sh; the path in CUTLASS_FMHA, by default
@@ -12,7 +13,8 @@
 #   bench_extra.json       KV visit orders, head dims 64/256, fp16, non-causal
 #   ncu_dense.txt, ncu_skip.txt   Nsight Compute sections of one dense and one skip launch
 #   decode_sdpa.json       paged decode against cuDNN and FlashAttention-2 and a device copy, batch
-#                          1-64, 4k-128k (decode_sdpa.py's defaults: every decode row of the README)
+#                          1-64, 4k-128k (decode_sdpa.py's defaults: every decode row of the README),
+#                          the median over three processes
 # Usage: scripts/gpu_record.sh BUILD_DIR
 # The tool links ICU (libicuuc.so.72), which the device machine lacks: pack it beside the build
 # once on the development machine, and the tool's GPU test finds it there:
@@ -41,10 +43,11 @@ bench --lengths 4096 8192 16384 32768 65536 \
   --lambdas 1e-6 1e-4 3e-4 1e-3 2e-3 3e-3 5e-3 1e-2 3e-2 0.1 0.3 \
   --json "$out/bench_bf16_causal.json" | tail -n 4
 compare() {
-  PYTHONUNBUFFERED=1 timeout -s KILL 200 python3 bench/compare_sdpa.py \
-    --lib "$b/libskipsoftmax_capi.so" --git-revision "$rev" "$@" | tail -n 12
+  PYTHONUNBUFFERED=1 timeout -s KILL 400 python3 bench/compare_sdpa.py \
+    --lib "$b/libskipsoftmax_capi.so" --git-revision "$rev" "$@" | tail -n 40
 }
-compare --lengths 4096 8192 16384 32768 65536 --lambdas 1e-3 3e-3 --json "$out/compare_sdpa.json"
+compare --lengths 4096 8192 16384 32768 65536 --lambdas 1e-3 3e-3 --processes 3 \
+  --json "$out/compare_sdpa.json"
 cutlass=${CUTLASS_FMHA:-.gpubin/cutlass/88_hopper_fmha}
 if [[ -x $cutlass ]]; then
   compare --dtype fp16 --heads-kv 32 --lengths 8192 32768 --lambdas 3e-3 --cutlass-fmha "$cutlass" \
@@ -83,5 +86,5 @@ ncu_run() {
 # Launch order of the bench: the statistics run of lambda, dense, skip at lambda 0, skip at lambda.
 ncu_run 1 "$out/ncu_dense.txt"
 ncu_run 3 "$out/ncu_skip.txt"
-PYTHONUNBUFFERED=1 timeout -s KILL 400 python3 bench/decode_sdpa.py --lib "$b/libskipsoftmax_capi.so" \
-  --git-revision "$rev" --json "$out/decode_sdpa.json" | tail -n 40
+PYTHONUNBUFFERED=1 timeout -s KILL 500 python3 bench/decode_sdpa.py --lib "$b/libskipsoftmax_capi.so" \
+  --processes 3 --git-revision "$rev" --json "$out/decode_sdpa.json" | tail -n 40
