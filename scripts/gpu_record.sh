@@ -20,7 +20,7 @@
 # once on the development machine, and the tool's GPU test finds it there:
 #   tar -C /usr/lib/x86_64-linux-gnu -cJf BUILD_DIR/icu.tar.xz libicuuc.so.72 libicuuc.so.72.1 \
 #     libicudata.so.72 libicudata.so.72.1
-# The whole run takes about 15-25 minutes; the device tool's calls (10 minutes at most) run its
+# The whole run takes about 20-30 minutes; the device tool's calls (10 minutes at most) run its
 # parts one by one.
 set -uo pipefail
 b=$(realpath "${1:-build-gpu}")
