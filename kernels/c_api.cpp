@@ -128,7 +128,9 @@ int kernel_code(skipsoftmax::KernelChoice choice) {
 
 }  // namespace
 
-// The defaults are read off the C++ structs, so that the two cannot drift apart.
+// The defaults that the C++ structs hold as plain values are read off them; their optional fields
+// (softmax scale, forced kernel) are absent there and 0 / SKIPSOFTMAX_AUTO here, the threshold
+// dense in both.
 extern "C" void skipsoftmax_prefill_args_init(skipsoftmax_prefill_args* args) {
   if (args == nullptr) return;
   const skipsoftmax::PrefillArguments d;
@@ -137,6 +139,7 @@ extern "C" void skipsoftmax_prefill_args_init(skipsoftmax_prefill_args* args) {
   args->head_dim = d.head_dim;
   args->causal = d.causal ? 1 : 0;
   args->kv_order = static_cast<int>(d.kv_order);
+  args->window = d.window;
   args->force_kernel = SKIPSOFTMAX_AUTO;
 }
 
@@ -148,6 +151,7 @@ extern "C" void skipsoftmax_decode_args_init(skipsoftmax_decode_args* args) {
   args->head_dim = d.head_dim;
   args->num_splits = d.num_splits;
   args->q_len = d.q_len;
+  args->window = d.window;
   args->force_kernel = SKIPSOFTMAX_AUTO;
 }
 

@@ -31,7 +31,8 @@ typedef struct skipsoftmax_prefill_args {
   int64_t total_q;
   int64_t total_k;
   int max_seqlen_q;
-  int max_seqlen_k; /* the longest KV length, exactly: a batch of one is dispatched by it */
+  int max_seqlen_k; /* the longest KV length (history included), exactly: the dispatch runs the
+                       dense kernel when it lies below the table's first skippable length */
   int num_heads_q;
   int num_heads_kv;
   int causal;
@@ -87,7 +88,8 @@ typedef struct skipsoftmax_decode_args {
 
 /* Fill *args with the C++ defaults (skipsoftmax/prefill.h, skipsoftmax/decode.h): bf16, head dim
  * 128, causal, kv_order 2, force_kernel SKIPSOFTMAX_AUTO, the default softmax scale, flat lambda 0
- * (dense), one new token per sequence, automatic splits; every pointer NULL and every size 0. */
+ * (dense), no window, one new token per sequence, automatic splits; every pointer NULL and every
+ * size 0. */
 void skipsoftmax_prefill_args_init(skipsoftmax_prefill_args* args);
 void skipsoftmax_decode_args_init(skipsoftmax_decode_args* args);
 
@@ -96,9 +98,9 @@ void skipsoftmax_decode_args_init(skipsoftmax_decode_args* args);
 int skipsoftmax_prefill(const skipsoftmax_prefill_args* args, void* stream, char* error,
                         int error_len);
 
-/* The whole argument check of skipsoftmax_prefill, device pointers included (non-NULL, 16-byte
- * aligned), without a launch or a GPU: returns the kernel it would launch, or -1 with a message in
- * error. */
+/* The argument check of skipsoftmax_prefill without a launch or a GPU (every pointer the call
+ * needs non-NULL; q, k, v or the pages, and out 16-byte aligned): returns the kernel it would
+ * launch, or -1 with a message in error. The launch itself may still fail on a CUDA error. */
 int skipsoftmax_prefill_can_implement(const skipsoftmax_prefill_args* args, char* error,
                                       int error_len);
 

@@ -361,7 +361,7 @@ void Engine::Impl::attention(int l, const StepMeta& m, StepKind kind) {
     a.stats = tile_stats;
     if (m.history) {
       // K and V come from the pages (this step's tokens already appended); k and v name the
-      // pages too, for the argument checks that want device pointers.
+      // pages too (unused when paged).
       a.paged_kv = paged;
       a.k = paged.k_pages;
       a.v = paged.v_pages;

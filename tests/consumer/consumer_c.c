@@ -8,7 +8,7 @@
 
 int main(void) {
   skipsoftmax_decode_args args;
-  char error[256];
+  char error[256] = "";
   int splits = 0;
   int failures = 0;
   skipsoftmax_prefill_args prefill;
@@ -52,6 +52,20 @@ int main(void) {
     prefill.max_seqlen_q = prefill.max_seqlen_k = prefill.total_q = prefill.total_k = 1024;
     if (skipsoftmax_prefill_can_implement(&prefill, error, sizeof error) != SKIPSOFTMAX_DENSE) {
       fprintf(stderr, "FAILED: 1k below the first bin is the dense kernel (%s)\n", error);
+      ++failures;
+    }
+    /* A batch of two whose longest KV length lies below the first bin: dense as well. */
+    prefill.batch = 2;
+    prefill.total_q = prefill.total_k = 1536;
+    prefill.max_seqlen_q = prefill.max_seqlen_k = 1024;
+    if (skipsoftmax_prefill_can_implement(&prefill, error, sizeof error) != SKIPSOFTMAX_DENSE) {
+      fprintf(stderr, "FAILED: a batch below the first bin is the dense kernel (%s)\n", error);
+      ++failures;
+    }
+    prefill.max_seqlen_k = 4096; /* its longest KV length (history included) past it: skip */
+    prefill.total_k = 4608;
+    if (skipsoftmax_prefill_can_implement(&prefill, error, sizeof error) != SKIPSOFTMAX_SKIP) {
+      fprintf(stderr, "FAILED: a batch past the first bin is the skip kernel (%s)\n", error);
       ++failures;
     }
     prefill.table_rows = 0;
