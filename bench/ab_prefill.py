@@ -13,13 +13,12 @@ arm's ms and of skip over the same process's own dense arm, and each variant's r
       --description "what changed" -- --lengths 32768 8192 --lambdas 1e-3 3e-3
 """
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
 
-from processes import run_json_process
+from processes import run_json_process, write_json
 
 
 def parse_variant(text):
@@ -120,10 +119,7 @@ def main():
            "timing": f"{args.reps} processes a variant, order reversed every other repetition; "
                      "medians over processes of each process's own medians",
            "summary": summary, "runs": runs}
-    tmp = args.json + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(tmp, args.json)
+    write_json(args.json, doc)
 
 
 if __name__ == "__main__":

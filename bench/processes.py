@@ -2,6 +2,7 @@
 what it wrote. The drivers that spread a measurement over processes use it (bench/ab_prefill.py,
 --processes of bench/compare_sdpa.py and bench/decode_sdpa.py), since on the H200 medians move
 1-5% from one process to the next."""
+import contextlib
 import json
 import os
 import subprocess
@@ -64,6 +65,7 @@ def write_json(path, doc):
         with open(tmp, "w") as f:
             json.dump(doc, f, indent=2, allow_nan=False)
     except BaseException:
-        os.remove(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
         raise
     os.replace(tmp, path)

@@ -27,37 +27,40 @@ RATIOS = ("speedup_vs_cudnn", "speedup_vs_ours_dense", "fraction_of_copy")
 
 
 def across_processes(docs):
-    """One row per (batch, length, q_len, arm) of the side-by-side benchmarks' JSON docs
-    (compare_sdpa.py, decode_sdpa.py), one doc a process: the median over the processes of each
-    process's median ms and tile sparsity, and of each ratio of RATIOS the row has, with that
-    ratio's range (None where some process had none). Every process must have timed the same arms
-    (a missing one is an error: the summary would mix processes)."""
+    """One row per arm of the side-by-side benchmarks' JSON docs (compare_sdpa.py,
+    decode_sdpa.py), one doc a process, keyed by (batch, length, q_len, arm) and the arm's rank
+    among rows of the same name in its process (a --splits count equal to the automatic one, or
+    --lambdas 0 beside the guard, names two arms alike). Per row: the processes that timed it
+    (an arm a process could not time, as cuDNN where it is unavailable, is absent there), the
+    median over them of each process's median ms and tile sparsity, and of each ratio of RATIOS
+    the row has, with that ratio's range, over the processes where it is known (None where it is
+    known in none)."""
     if not docs:
         raise ValueError("across_processes: no processes")
-
-    def key(r):
-        return r.get("batch"), r["length"], r.get("q_len"), r["arm"]
-
+    order, rows_of = [], {}
+    for doc in docs:
+        seen = {}
+        for r in doc["results"]:
+            name = (r.get("batch"), r["length"], r.get("q_len"), r["arm"])
+            seen[name] = seen.get(name, 0) + 1
+            key = name + (seen[name],)
+            if key not in rows_of:
+                order.append(key)
+                rows_of[key] = []
+            rows_of[key].append(r)
     table = []
-    for k in [key(r) for r in docs[0]["results"]]:
-        rows = []
-        for i, doc in enumerate(docs):
-            found = [r for r in doc["results"] if key(r) == k]
-            if len(found) != 1:
-                raise ValueError(f"across_processes: process {i + 1} has {len(found)} rows for "
-                                 f"'{k[3]}' at length {k[1]}")
-            rows.append(found[0])
-        entry = {"batch": k[0], "length": k[1], "arm": k[3], "processes": len(rows),
+    for key in order:
+        rows = rows_of[key]
+        entry = {"batch": key[0], "length": key[1], "arm": key[3], "processes": len(rows),
                  "ms": statistics.median(r["ms"] for r in rows),
                  "tile_sparsity": statistics.median(r["tile_sparsity"] for r in rows)}
-        if k[2] is not None:
-            entry["q_len"] = k[2]
+        if key[2] is not None:
+            entry["q_len"] = key[2]
         for field in RATIOS:
-            if field not in rows[0]:
+            if not any(field in r for r in rows):
                 continue
-            values = [r.get(field) for r in rows]
-            known = all(v is not None for v in values)
-            entry[field] = statistics.median(values) if known else None
-            entry[field + "_range"] = [min(values), max(values)] if known else None
+            known = [r[field] for r in rows if r.get(field) is not None]
+            entry[field] = statistics.median(known) if known else None
+            entry[field + "_range"] = [min(known), max(known)] if known else None
         table.append(entry)
     return table

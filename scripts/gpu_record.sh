@@ -46,7 +46,7 @@ compare() {
   PYTHONUNBUFFERED=1 timeout -s KILL 400 python3 bench/compare_sdpa.py \
     --lib "$b/libskipsoftmax_capi.so" --git-revision "$rev" "$@" | tail -n 40
 }
-compare --lengths 4096 8192 16384 32768 65536 --lambdas 1e-3 3e-3 --processes 3 \
+compare --lengths 4096 8192 16384 32768 65536 --lambdas 1e-3 3e-3 --processes 3 --timeout 130 \
   --json "$out/compare_sdpa.json"
 cutlass=${CUTLASS_FMHA:-.gpubin/cutlass/88_hopper_fmha}
 if [[ -x $cutlass ]]; then
@@ -87,4 +87,4 @@ ncu_run() {
 ncu_run 1 "$out/ncu_dense.txt"
 ncu_run 3 "$out/ncu_skip.txt"
 PYTHONUNBUFFERED=1 timeout -s KILL 500 python3 bench/decode_sdpa.py --lib "$b/libskipsoftmax_capi.so" \
-  --processes 3 --git-revision "$rev" --json "$out/decode_sdpa.json" | tail -n 40
+  --processes 3 --timeout 160 --git-revision "$rev" --json "$out/decode_sdpa.json" | tail -n 40
