@@ -35,8 +35,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from cutlass_peer import cutlass_fmha_ms
-from processes import script_in_processes, write_json
-from timing_stats import across_processes, paired_speedups, quartiles
+from processes import summarize_in_processes
+from timing_stats import paired_speedups, quartiles
 
 
 class PrefillArgs(ctypes.Structure):
@@ -171,12 +171,8 @@ def sdpa(backend, q, k, v, batch, seq_len, causal):
     return run
 
 
-def over_processes(args):
-    """Runs this comparison in args.processes processes and summarizes them."""
-    docs = script_in_processes(__file__, sys.argv[1:], args.processes, args.timeout,
-                               "compare_sdpa")
-    summary = across_processes(docs)
-    print(f"median over {args.processes} processes")
+def print_summary(summary):
+    """The table of the median over processes (--processes)."""
     print(f"{'length':>7} {'batch':>5} {'arm':<22} {'ms':>9} {'sparsity':>9} {'vs cuDNN':>9} "
           f"{'range':>13}")
     for row in summary:
@@ -185,14 +181,6 @@ def over_processes(args):
         span_s = f"{span[0]:.3f}-{span[1]:.3f}" if span and row["arm"] != "cuDNN (SDPA)" else "-"
         print(f"{row['length']:>7} {row['batch']:>5} {row['arm']:<22} {row['ms']:>9.3f} "
               f"{100 * row['tile_sparsity']:>8.1f}% {ratio_s:>9} {span_s:>13}")
-    if args.json:
-        write_json(args.json, {
-            "command": " ".join(sys.argv), "git_revision": args.git_revision,
-            "gpu": docs[0].get("gpu"), "processes": args.processes,
-            "timing": "per arm, the median over the processes of each process's median; "
-                      "speedup_vs_cudnn_range: the least and the greatest process's ratio. "
-                      "runs: each process's own JSON",
-            "summary": summary, "runs": docs})
 
 
 def main():
@@ -236,7 +224,7 @@ def main():
     if args.processes < 1:
         p.error("--processes must be at least 1")
     if args.processes > 1:
-        return over_processes(args)
+        return summarize_in_processes(__file__, args, "compare_sdpa", print_summary)
 
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     causal = not args.non_causal

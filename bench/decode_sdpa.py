@@ -64,8 +64,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 from compare_sdpa import interleaved_median_ms, rel_l2, structured
-from processes import script_in_processes, write_json
-from timing_stats import across_processes
+from processes import summarize_in_processes
 
 
 class DecodeArgs(ctypes.Structure):
@@ -364,33 +363,20 @@ class Ours:
             raise RuntimeError(self.err.value.decode())
 
 
-def over_processes(args):
-    """Runs this comparison in args.processes processes and summarizes them."""
-    docs = script_in_processes(__file__, sys.argv[1:], args.processes, args.timeout,
-                               "decode_sdpa")
-    summary = across_processes(docs)
-
+def print_summary(summary):
+    """The table of the median over processes (--processes)."""
     def ratio(row, field):
         value, span = row.get(field), row.get(field + "_range")
         if value is None:
             return f"{'-':>9} {'-':>13}"
         return f"{value:>8.3f}x {span[0]:>6.3f}-{span[1]:.3f}"
 
-    print(f"median over {args.processes} processes (ranges: the least and the greatest process)")
     print(f"{'batch':>5} {'length':>7} {'arm':<36} {'us':>9} {'of copy':>8} {'sparsity':>9} "
           f"{'vs cuDNN':>9} {'range':>13} {'vs dense':>9} {'range':>13}")
     for row in summary:
         print(f"{row['batch']:>5} {row['length']:>7} {row['arm']:<36} {row['ms'] * 1e3:>9.1f} "
               f"{row['fraction_of_copy']:>7.1%} {100 * row['tile_sparsity']:>8.1f}% "
               f"{ratio(row, 'speedup_vs_cudnn')} {ratio(row, 'speedup_vs_ours_dense')}")
-    if args.json:
-        write_json(args.json, {
-            "command": " ".join(sys.argv), "git_revision": args.git_revision,
-            "gpu": docs[0].get("gpu"), "processes": args.processes,
-            "timing": "per arm, the median over the processes of each process's median and of "
-                      "its ratios; *_range: the least and the greatest process's. runs: each "
-                      "process's own JSON",
-            "summary": summary, "runs": docs})
 
 
 def main():
@@ -485,7 +471,7 @@ def main():
         p.error(f"--inputs holds {captured[0].shape[0]} tokens: every length in --configs must "
                 "be at most that")
     if args.processes > 1:
-        return over_processes(args)
+        return summarize_in_processes(__file__, args, "decode_sdpa", print_summary)
     ours = Ours(args.lib)
     base = Ours(args.compare_lib) if args.compare_lib else None
     gen = torch.Generator(device="cuda").manual_seed(0)

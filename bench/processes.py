@@ -9,6 +9,8 @@ import subprocess
 import sys
 import tempfile
 
+from timing_stats import across_processes
+
 
 def run_json_process(cmd, json_path, timeout, label, quiet=True):
     """Runs cmd, which writes its JSON to json_path, and returns that JSON. quiet: capture the
@@ -69,3 +71,22 @@ def write_json(path, doc):
             os.remove(tmp)
         raise
     os.replace(tmp, path)
+
+
+def summarize_in_processes(script, args, label, print_summary):
+    """The --processes mode of a side-by-side benchmark whose parsed args hold processes, timeout,
+    json and git_revision: runs `script` in that many processes, prints the summary over them
+    (timing_stats.across_processes) with print_summary, and writes it with every process's JSON to
+    args.json."""
+    docs = script_in_processes(script, sys.argv[1:], args.processes, args.timeout, label)
+    summary = across_processes(docs)
+    print(f"median over {args.processes} processes (ranges: the least and the greatest process)")
+    print_summary(summary)
+    if args.json:
+        write_json(args.json, {
+            "command": " ".join(sys.argv), "git_revision": args.git_revision,
+            "gpu": docs[0].get("gpu"), "processes": args.processes,
+            "timing": "per arm, the median over the processes of each process's median and of "
+                      "its ratios; *_range: the least and the greatest process's. runs: each "
+                      "process's own JSON",
+            "summary": summary, "runs": docs})

@@ -200,8 +200,7 @@ extern "C" int skipsoftmax_prefill_can_implement(const skipsoftmax_prefill_args*
     if (const std::string why = skipsoftmax::can_implement(p); !why.empty()) {
       throw std::invalid_argument("prefill: " + why);
     }
-    return kernel_code(p.force_kernel.value_or(
-        skipsoftmax::choose_prefill_kernel(p.threshold, p.max_seqlen_k, p.batch)));
+    return kernel_code(skipsoftmax::prefill_kernel_choice(p));
   } catch (const std::exception& e) {
     set_error(error, error_len, e.what());
     return -1;

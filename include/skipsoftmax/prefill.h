@@ -69,6 +69,9 @@ TileShape prefill_vote_tiles(int head_dim, KvOrder order);
 // Empty when the kernels can run these arguments; else the reason.
 std::string can_implement(const PrefillArguments& args);
 
+// The kernel run_prefill launches for these arguments: force_kernel, else choose_prefill_kernel.
+KernelChoice prefill_kernel_choice(const PrefillArguments& args);
+
 // Bytes of device workspace run_prefill needs (none today; part of the contract).
 std::size_t prefill_workspace_size(const PrefillArguments& args);
 

@@ -93,14 +93,17 @@ std::string can_implement(const PrefillArguments& a) {
   return why.str();
 }
 
+KernelChoice prefill_kernel_choice(const PrefillArguments& a) {
+  return a.force_kernel.value_or(choose_prefill_kernel(a.threshold, a.max_seqlen_k, a.batch));
+}
+
 std::size_t prefill_workspace_size(const PrefillArguments&) { return 0; }
 
 KernelChoice run_prefill(const PrefillArguments& a, void*, void* stream) {
   if (const std::string why = can_implement(a); !why.empty()) {
     throw std::invalid_argument("prefill: " + why);
   }
-  const KernelChoice choice =
-      a.force_kernel.value_or(choose_prefill_kernel(a.threshold, a.max_seqlen_k, a.batch));
+  const KernelChoice choice = prefill_kernel_choice(a);
   // Query rows per CTA: 64 a consumer warpgroup (the CTA's Q box and its grid's x extent).
   const int block_m = 64 * prefill::consumer_warpgroups(a.head_dim);
   const int block_n = prefill_vote_tiles(a.head_dim, a.kv_order).tile_k;
