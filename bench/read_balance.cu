@@ -1,0 +1,539 @@
+// How fast a read of a decode call's size can go, with its work cut as the decode grid cuts it
+// (one fixed range a CTA) and taken dynamically (chunks from a counter, a persistent grid whose
+// copies run on across chunks). A batch-1 decode call reads 16-256 MB; a plain read of that size
+// stays well below the copy bandwidth of a large buffer (docs/KERNELS.md, "The paged decode
+// kernel"), and identical decode CTAs were seen to end up to 25% apart, the same SMs fast in every
+// call. If chunks taken dynamically read such a size markedly faster than fixed ranges, a
+// persistent decode kernel is worth building; if not, the batch-1 floor is the start and end of
+// the call, not its balance.
+//
+// Every arm but the LSU reader and the copy is one warp a CTA copying tiles of 16 KB (a decode K
+// or V tile at head dim 128) from global to shared memory by 1-D bulk copies into 7 stages (the
+// decode kernel's 4 + 3 at head dim 128: 112 KB, two CTAs an SM), each lane reading one word of a
+// landed tile. Times: CUDA events around each call after a read sweep of the L2, arms interleaved
+// round-robin, median; written to JSON with the command, git revision and GPU.
+#include <cuda_runtime.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "../kernels/common/tensor_map.h"
+#include "../kernels/hopper/ptx.cuh"
+#include "bench_util.h"
+#include "file_io.h"
+#include "skipsoftmax_git_revision.h"
+
+namespace {
+
+using namespace skipsoftmax;
+using bench::check;
+
+constexpr int kTileBytes = 16384;
+constexpr int kStages = 7;
+constexpr int kSmemBytes = kStages * kTileBytes;
+
+struct Work {
+  const std::uint8_t* src;
+  long long tiles;       // 16 KB tiles to read
+  int chunk_tiles;       // dynamic: tiles a chunk
+  unsigned* counters;    // dynamic: [0] the next chunk, [1] CTAs done (the last resets both)
+  unsigned* sink;        // written only if the XOR of the words read equals a constant
+  long long* stamps;     // [gridDim.x][2] %globaltimer at the CTA's start and end
+};
+
+__device__ __forceinline__ long long global_ns() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, std::uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(hopper::smem_addr(dst)),
+      "l"(src), "r"(kTileBytes), "r"(hopper::smem_addr(bar))
+      : "memory");
+}
+
+// The tiles a CTA reads, in order: one range (static), or chunks taken from the counter, the one
+// after the current chunk requested as it starts, so that its id has arrived when the copies reach
+// it. Every lane keeps the cursor; lane 0's atomic result is broadcast.
+template <bool kDynamic>
+struct Cursor {
+  long long tile = 0, end = 0;
+  unsigned ahead = 0;
+  bool done = false;
+
+  __device__ void start(const Work& w) {
+    if constexpr (kDynamic) {
+      if (threadIdx.x == 0) ahead = atomicAdd(&w.counters[0], 1);
+    } else {
+      tile = w.tiles * blockIdx.x / gridDim.x;
+      end = w.tiles * (blockIdx.x + 1) / gridDim.x;
+    }
+  }
+
+  // The next tile to copy, or -1.
+  __device__ long long next(const Work& w) {
+    if (tile < end) return tile++;
+    if (!kDynamic || done) return -1;
+    const long long begin = static_cast<long long>(__shfl_sync(~0u, ahead, 0)) * w.chunk_tiles;
+    if (begin >= w.tiles) {
+      done = true;
+      return -1;
+    }
+    tile = begin;
+    end = min(begin + w.chunk_tiles, w.tiles);
+    if (threadIdx.x == 0) ahead = atomicAdd(&w.counters[0], 1);
+    return tile++;
+  }
+};
+
+template <bool kDynamic>
+__global__ void __launch_bounds__(32) read_tiles(Work w) {
+  extern __shared__ __align__(1024) std::uint8_t stage[];
+  __shared__ std::uint64_t full[kStages];
+  const long long t0 = global_ns();
+  const int lane = threadIdx.x;
+  if (lane == 0) {
+    for (int s = 0; s < kStages; ++s) hopper::mbar_init(&full[s], 1);
+    hopper::fence_barrier_init();
+  }
+  __syncwarp();
+  Cursor<kDynamic> c;
+  c.start(w);
+  long long issued = 0;
+  auto issue = [&](int s) {
+    const long long t = c.next(w);
+    if (t < 0) return;
+    if (lane == 0) {
+      hopper::mbar_arrive_expect_tx(&full[s], kTileBytes);
+      bulk_load(stage + s * kTileBytes, w.src + t * kTileBytes, &full[s]);
+    }
+    ++issued;
+  };
+  for (int s = 0; s < kStages; ++s) issue(s);
+  unsigned acc = 0;
+  for (long long i = 0; i < issued; ++i) {
+    const int s = static_cast<int>(i % kStages);
+    hopper::mbar_wait(&full[s], static_cast<std::uint32_t>(i / kStages) & 1);
+    acc ^= reinterpret_cast<const unsigned*>(stage + s * kTileBytes)[lane * 128];
+    __syncwarp();
+    hopper::fence_proxy_async();  // the words read before the copy that overwrites them
+    issue(s);
+  }
+  if (acc == 0x9e3779b9u) w.sink[0] = acc;
+  if (lane == 0) {
+    w.stamps[2 * blockIdx.x] = t0;
+    w.stamps[2 * blockIdx.x + 1] = global_ns();
+    if constexpr (kDynamic) {
+      __threadfence();
+      if (atomicAdd(&w.counters[1], 1) == gridDim.x - 1) {
+        atomicExch(&w.counters[0], 0);
+        atomicExch(&w.counters[1], 0);
+      }
+    }
+  }
+}
+
+// The same 7 stages of 16 KB, filled by TMA tensor copies in a decode call's pattern: the bytes
+// are a K and a V cache [tokens, heads, 128] of bf16 (the layout of paged_kv.h with consecutive
+// pages), a CTA owns one (head, split) as the decode grid does, and reads the split's tiles of 64
+// tokens, K then V. A stage is filled by kBoxes boxes of 64 columns x 1 head x (64 x 2 / kBoxes)
+// rows: 8 boxes of 16 rows is the decode kernel's (one per key slice and column half). With
+// kHeadMajor the cache is [heads, tokens, 128] instead (each head's rows contiguous).
+struct BoxWork {
+  CUtensorMap k, v;
+  int tokens, splits;
+  bool head_major;  // the maps are [heads x tokens, 1, 128]: a head's rows are contiguous
+  unsigned* sink;
+  long long* stamps;
+};
+
+template <int kBoxes>
+__global__ void __launch_bounds__(32) read_boxes(const __grid_constant__ BoxWork w) {
+  extern __shared__ __align__(1024) std::uint8_t stage[];
+  __shared__ std::uint64_t full[kStages];
+  constexpr int kBoxRows = 64 * 2 / kBoxes;
+  constexpr int kBoxBytes = kTileBytes / kBoxes;
+  const long long t0 = global_ns();
+  const int lane = threadIdx.x;
+  const int head = blockIdx.x / w.splits, split = blockIdx.x % w.splits;
+  const int tiles = w.tokens / 64;
+  const int begin = tiles * split / w.splits, end = tiles * (split + 1) / w.splits;
+  const int loads = 2 * (end - begin);  // K, then V, of each tile
+  if (lane == 0) {
+    for (int s = 0; s < kStages; ++s) hopper::mbar_init(&full[s], 1);
+    hopper::fence_barrier_init();
+  }
+  __syncwarp();
+  auto issue = [&](int j) {
+    if (j >= loads || lane != 0) return;
+    const int s = j % kStages, tile = begin + j / 2;
+    const CUtensorMap* map = j % 2 == 0 ? &w.k : &w.v;
+    hopper::mbar_arrive_expect_tx(&full[s], kTileBytes);
+#pragma unroll
+    for (int b = 0; b < kBoxes; ++b) {
+      // Box b: column half b % 2, rows (b / 2) x kBoxRows of the tile.
+      const int row = 64 * tile + kBoxRows * (b / 2);
+      hopper::tma_load_3d(stage + s * kTileBytes + b * kBoxBytes, map, &full[s], 64 * (b % 2),
+                          w.head_major ? 0 : head, w.head_major ? head * w.tokens + row : row);
+    }
+  };
+  for (int j = 0; j < kStages; ++j) issue(j);
+  unsigned acc = 0;
+  for (int j = 0; j < loads; ++j) {
+    const int s = j % kStages;
+    hopper::mbar_wait(&full[s], static_cast<std::uint32_t>(j / kStages) & 1);
+    acc ^= reinterpret_cast<const unsigned*>(stage + s * kTileBytes)[lane * 128];
+    __syncwarp();
+    hopper::fence_proxy_async();
+    issue(j + kStages);
+  }
+  if (acc == 0x9e3779b9u) w.sink[0] = acc;
+  if (lane == 0) {
+    w.stamps[2 * blockIdx.x] = t0;
+    w.stamps[2 * blockIdx.x + 1] = global_ns();
+  }
+}
+
+// The decode kernel's pipeline on the same boxes, its math replaced by a wait of `work` cycles
+// split between the scores and P V: per tile t, K of tile t + 3 is requested (4 K stages), K of t
+// awaited, the scores' work done, V of tile t - 3 awaited, P V's work done, and V of t requested
+// into the stage just read (3 V stages). With kEarlyK, K of tile t + 4 is requested as soon as
+// tile t's scores are done instead (its stage is free then), one tile further ahead.
+struct ShapedWork {
+  BoxWork box;
+  long long work;  // cycles a tile
+};
+
+__device__ __forceinline__ void spin(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
+template <bool kEarlyK>
+__global__ void __launch_bounds__(32) read_decode_shaped(const __grid_constant__ ShapedWork sw) {
+  extern __shared__ __align__(1024) std::uint8_t stage[];
+  __shared__ std::uint64_t full[kStages];
+  constexpr int kK = 4, kV = 3, kAhead = kEarlyK ? 4 : 3;
+  constexpr int kBoxes = 8, kBoxRows = 16, kBoxBytes = kTileBytes / kBoxes;
+  const BoxWork& w = sw.box;
+  const long long t0 = global_ns();
+  const int lane = threadIdx.x;
+  const int head = blockIdx.x / w.splits, split = blockIdx.x % w.splits;
+  const int tiles = w.tokens / 64;
+  const int begin = tiles * split / w.splits, n = tiles * (split + 1) / w.splits - begin;
+  if (lane == 0) {
+    for (int s = 0; s < kStages; ++s) hopper::mbar_init(&full[s], 1);
+    hopper::fence_barrier_init();
+  }
+  __syncwarp();
+  // Stages 0-3 hold K, 4-6 V.
+  auto issue = [&](const CUtensorMap* map, int s, int tile) {
+    if (lane != 0) return;
+    hopper::mbar_arrive_expect_tx(&full[s], kTileBytes);
+#pragma unroll
+    for (int b = 0; b < kBoxes; ++b) {
+      hopper::tma_load_3d(stage + s * kTileBytes + b * kBoxBytes, map, &full[s], 64 * (b % 2),
+                          head, 64 * (begin + tile) + kBoxRows * (b / 2));
+    }
+  };
+  unsigned acc = 0;
+  auto take = [&](int s, int use) {
+    hopper::mbar_wait(&full[s], static_cast<std::uint32_t>(use) & 1);
+    acc ^= reinterpret_cast<const unsigned*>(stage + s * kTileBytes)[lane * 128];
+  };
+  for (int j = 0; j < kAhead && j < n; ++j) issue(&w.k, j % kK, j);
+  for (int t = 0; t < n + kV; ++t) {
+    if (!kEarlyK && t + kAhead < n) issue(&w.k, (t + kAhead) % kK, t + kAhead);
+    if (t < n) {
+      take(t % kK, t / kK);
+      spin(sw.work / 2);
+      __syncwarp();
+      hopper::fence_proxy_async();
+      if (kEarlyK && t + kAhead < n) issue(&w.k, (t + kAhead) % kK, t + kAhead);
+    }
+    if (t >= kV) {
+      take(kK + t % kV, (t - kV) / kV);
+      spin(sw.work / 2);
+    }
+    __syncwarp();
+    hopper::fence_proxy_async();
+    if (t < n) issue(&w.v, kK + t % kV, t);
+  }
+  if (acc == 0x9e3779b9u) w.sink[0] = acc;
+  if (lane == 0) {
+    w.stamps[2 * blockIdx.x] = t0;
+    w.stamps[2 * blockIdx.x + 1] = global_ns();
+  }
+}
+
+// The LSU reader of bench/decode_sdpa.py: a grid-stride loop, four 16-byte loads in flight a
+// thread (also the L2 sweep between calls).
+__global__ void read_lsu(const uint4* __restrict__ a, long long n, unsigned* sink) {
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  unsigned acc = 0;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += 4 * stride) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const long long j = i + u * stride;
+      v[u] = j < n ? a[j] : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+
+__global__ void fill_words(unsigned* p, long long n) {
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    p[i] = static_cast<unsigned>(i * 2654435761u);
+  }
+}
+
+struct Options {
+  std::vector<int> mib{32, 128, 256, 1024};
+  std::vector<int> chunks{4, 8, 16};
+  // Decode-shaped arms: (K requested early, cycles of work a tile).
+  std::vector<std::pair<bool, long long>> shaped{
+      {false, 0}, {false, 500}, {false, 1000}, {false, 2000}, {true, 1000}, {true, 2000}};
+  int rounds = 30;
+  std::string json, command;
+};
+
+struct Arm {
+  std::string name;
+  std::function<void()> run;
+  int ctas = 0;  // bulk arms: CTAs whose stamps the arm's last call leaves
+};
+
+nlohmann::json spread(const std::vector<long long>& st, int ctas) {
+  long long first = st[0];
+  for (int b = 0; b < ctas; ++b) first = std::min(first, st[2 * b]);
+  std::vector<double> ends;
+  for (int b = 0; b < ctas; ++b) ends.push_back((st[2 * b + 1] - first) * 1e-3);
+  std::sort(ends.begin(), ends.end());
+  auto at = [&](double q) { return ends[static_cast<std::size_t>(q * (ends.size() - 1))]; };
+  return {{"cta_end_us_min", ends.front()}, {"cta_end_us_p10", at(0.1)},
+          {"cta_end_us_median", at(0.5)},   {"cta_end_us_p90", at(0.9)},
+          {"cta_end_us_max", ends.back()}};
+}
+
+nlohmann::json run(const Options& o) {
+  const int sms = bench::device_properties().multiProcessorCount;
+  const long long max_bytes = static_cast<long long>(*std::max_element(o.mib.begin(), o.mib.end()))
+                              << 20;
+  const long long copy_bytes = 2ll << 30, sweep_bytes = 256ll << 20;
+  std::uint8_t *src = nullptr, *dst = nullptr, *sweep = nullptr;
+  unsigned *counters = nullptr, *sink = nullptr;
+  long long* stamps = nullptr;
+  check(cudaMalloc(&src, std::max(max_bytes, copy_bytes)), "src");
+  check(cudaMalloc(&dst, std::max(max_bytes / 2, copy_bytes / 2)), "dst");
+  check(cudaMalloc(&sweep, sweep_bytes), "sweep");
+  check(cudaMalloc(&counters, 2 * sizeof(unsigned)), "counters");
+  check(cudaMalloc(&sink, sizeof(unsigned)), "sink");
+  check(cudaMalloc(&stamps, 2 * 8 * sms * sizeof(long long)), "stamps");
+  check(cudaMemset(counters, 0, 2 * sizeof(unsigned)), "counters");
+  fill_words<<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(src), std::max(max_bytes, copy_bytes) / 4);
+  fill_words<<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(sweep), sweep_bytes / 4);
+  check(cudaDeviceSynchronize(), "fill");
+  for (auto* k : {read_tiles<false>, read_tiles<true>}) {
+    check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), "smem");
+  }
+  for (auto* k : {read_decode_shaped<false>, read_decode_shaped<true>}) {
+    check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), "smem");
+  }
+  for (auto* k : {read_boxes<2>, read_boxes<4>, read_boxes<8>}) {
+    check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), "smem");
+  }
+  int per_sm = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, read_tiles<true>, 32, kSmemBytes),
+        "occupancy");
+  const auto lsu = [&](const void* p, long long bytes) {
+    read_lsu<<<4 * sms, 512>>>(static_cast<const uint4*>(p), bytes / 16, sink);
+  };
+  const auto flush = [&] { lsu(sweep, sweep_bytes); };
+
+  // The copy bandwidth the decode targets are measured against: bytes read plus written.
+  const double copy_ms = bench::interleaved_median_ms(
+      {[&] { check(cudaMemcpyAsync(dst, src, copy_bytes / 2, cudaMemcpyDeviceToDevice), "copy"); }},
+      3, 10, 1)[0];
+  const double copy_bps = copy_bytes / (copy_ms * 1e-3);
+
+  nlohmann::json sizes = nlohmann::json::array();
+  for (int mib : o.mib) {
+    const long long bytes = static_cast<long long>(mib) << 20;
+    std::vector<Arm> arms;
+    const auto bulk = [&](bool dynamic, int ctas, int chunk) {
+      Work w{src, bytes / kTileBytes, chunk, counters, sink, stamps};
+      return [=] {
+        if (dynamic) {
+          read_tiles<true><<<ctas, 32, kSmemBytes>>>(w);
+        } else {
+          read_tiles<false><<<ctas, 32, kSmemBytes>>>(w);
+        }
+        check(cudaGetLastError(), "read launch");
+      };
+    };
+    const int full = per_sm * sms;
+    arms.push_back({"static ranges, " + std::to_string(full) + " CTAs", bulk(false, full, 0), full});
+    arms.push_back({"static ranges, 256 CTAs", bulk(false, 256, 0), 256});
+    for (int chunk : o.chunks) {
+      arms.push_back({"dynamic chunks of " + std::to_string(chunk) + " tiles, " +
+                          std::to_string(full) + " CTAs",
+                      bulk(true, full, chunk), full});
+    }
+    // The decode grid's pattern: 8 KV heads, one CTA a (head, split), splits filling the wave.
+    constexpr int kHeads = 8;
+    const int tokens = static_cast<int>(bytes / (2 * kHeads * 256));
+    const int splits = full / kHeads;
+    const auto boxes = [&](int n, bool head_major, CUtensorMapL2promotion promo) {
+      BoxWork w{};
+      const std::uint8_t* v = src + bytes / 2;
+      const std::int64_t rows = head_major ? std::int64_t{kHeads} * tokens : tokens;
+      const int heads = head_major ? 1 : kHeads;
+      w.k = common::make_tensor_map("read_balance", src, rows, heads, 128, 128 / n,
+                                    CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, promo);
+      w.v = common::make_tensor_map("read_balance", v, rows, heads, 128, 128 / n,
+                                    CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, promo);
+      w.head_major = head_major;
+      w.tokens = tokens;
+      w.splits = splits;
+      w.sink = sink;
+      w.stamps = stamps;
+      auto* kernel = n == 2 ? read_boxes<2> : n == 4 ? read_boxes<4> : read_boxes<8>;
+      return [=] {
+        kernel<<<kHeads * splits, 32, kSmemBytes>>>(w);
+        check(cudaGetLastError(), "boxes launch");
+      };
+    };
+    for (int n : {8, 4, 2}) {
+      arms.push_back({"[tokens, heads, 128] boxes of " + std::to_string(128 / n) +
+                          " rows (decode: 16), L2 promotion 128 B",
+                      boxes(n, false, CU_TENSOR_MAP_L2_PROMOTION_L2_128B), kHeads * splits});
+    }
+    arms.push_back({"[heads, tokens, 128] boxes of 64 rows, L2 promotion 128 B",
+                    boxes(2, true, CU_TENSOR_MAP_L2_PROMOTION_L2_128B), kHeads * splits});
+    arms.push_back({"[heads, tokens, 128] boxes of 16 rows, L2 promotion 128 B",
+                    boxes(8, true, CU_TENSOR_MAP_L2_PROMOTION_L2_128B), kHeads * splits});
+    for (const auto& [early, work] : o.shaped) {
+      ShapedWork sw{};
+      // The decode's maps: boxes of 16 rows, L2 promotion 128 B.
+      sw.box.k = common::make_tensor_map("read_balance", src, tokens, kHeads, 128, 16,
+                                         CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+                                         CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+      sw.box.v = common::make_tensor_map("read_balance", src + bytes / 2, tokens, kHeads, 128, 16,
+                                         CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+                                         CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+      sw.box.tokens = tokens;
+      sw.box.splits = splits;
+      sw.box.sink = sink;
+      sw.box.stamps = stamps;
+      sw.work = work;
+      auto* kernel = early ? read_decode_shaped<true> : read_decode_shaped<false>;
+      arms.push_back({std::string("decode-shaped, K ") + (early ? "4 ahead after the scores" :
+                                                                  "3 ahead at the tile's start") +
+                          ", " + std::to_string(work) + " cycles of work a tile",
+                      [=] {
+                        kernel<<<kHeads * splits, 32, kSmemBytes>>>(sw);
+                        check(cudaGetLastError(), "shaped launch");
+                      },
+                      kHeads * splits});
+    }
+    arms.push_back({"[tokens, heads, 128] boxes of 16 rows, L2 promotion 256 B",
+                    boxes(8, false, CU_TENSOR_MAP_L2_PROMOTION_L2_256B), kHeads * splits});
+    arms.push_back({"LSU grid-stride read", [&, bytes] { lsu(src, bytes); }});
+    arms.push_back({"copy of the same bytes (half read, half written)", [&, bytes] {
+      check(cudaMemcpyAsync(dst, src + bytes / 2, bytes / 2, cudaMemcpyDeviceToDevice), "copy");
+    }});
+    // Each timed call follows the L2 sweep, outside its events.
+    std::vector<std::vector<float>> all(arms.size());
+    std::vector<nlohmann::json> spreads(arms.size());
+    cudaEvent_t a, b;
+    check(cudaEventCreate(&a), "event");
+    check(cudaEventCreate(&b), "event");
+    for (auto& arm : arms) {
+      for (int i = 0; i < 3; ++i) arm.run();
+    }
+    for (int r = 0; r < o.rounds; ++r) {
+      for (std::size_t j = 0; j < arms.size(); ++j) {
+        const std::size_t k = r % 2 == 0 ? j : arms.size() - 1 - j;
+        flush();
+        check(cudaEventRecord(a), "record");
+        arms[k].run();
+        check(cudaEventRecord(b), "record");
+        check(cudaEventSynchronize(b), "sync");
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+        all[k].push_back(ms);
+        if (r + 2 >= o.rounds && arms[k].ctas > 0) {
+          std::vector<long long> st(2 * arms[k].ctas);
+          check(cudaMemcpy(st.data(), stamps, st.size() * sizeof(long long),
+                           cudaMemcpyDeviceToHost), "stamps");
+          spreads[k] = spread(st, arms[k].ctas);
+        }
+      }
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    nlohmann::json rows = nlohmann::json::array();
+    std::printf("%d MiB (copy of 2 GiB: %.2f TB/s read + written)\n", mib, copy_bps / 1e12);
+    for (std::size_t k = 0; k < arms.size(); ++k) {
+      auto t = all[k];
+      std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+      const double ms = t[t.size() / 2];
+      const double share = bytes / (ms * 1e-3) / copy_bps;
+      std::printf("  %-56s %9.2f us  %6.1f%% of the copy\n", arms[k].name.c_str(), ms * 1e3,
+                  100 * share);
+      nlohmann::json row{{"arm", arms[k].name}, {"median_us", ms * 1e3}, {"of_copy", share}};
+      if (!spreads[k].is_null()) row["last_call"] = spreads[k];
+      rows.push_back(row);
+    }
+    sizes.push_back({{"mib", mib}, {"arms", rows}});
+  }
+  for (void* p : {static_cast<void*>(src), static_cast<void*>(dst), static_cast<void*>(sweep),
+                  static_cast<void*>(counters), static_cast<void*>(sink),
+                  static_cast<void*>(stamps)}) {
+    cudaFree(p);
+  }
+  return {{"copy_bytes_per_s", copy_bps}, {"ctas_per_sm", per_sm}, {"tile_bytes", kTileBytes},
+          {"stages", kStages}, {"rounds", o.rounds}, {"sizes", sizes}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"A decode-sized read: fixed ranges a CTA against chunks taken dynamically"};
+  app.add_option("--mib", o.mib, "Sizes to read, MiB")->check(CLI::Range(1, 8192));
+  app.add_option("--chunks", o.chunks, "Tiles of 16 KB a dynamic chunk")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--rounds", o.rounds, "Timed rounds (one call an arm a round)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--json", o.json, "Write the results here");
+  CLI11_PARSE(app, argc, argv);
+  for (int i = 0; i < argc; ++i) o.command += (i ? " " : "") + std::string(argv[i]);
+  try {
+    if (!o.json.empty()) check_output_file(o.json);
+    nlohmann::json j = run(o);
+    j["command"] = o.command;
+    j["git_revision"] = SKIPSOFTMAX_GIT_REVISION;
+    j["gpu"] = bench::device_properties().name;
+    if (!o.json.empty()) write_json_file(o.json, j);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "read_balance: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
