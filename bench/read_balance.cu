@@ -204,13 +204,19 @@ __global__ void __launch_bounds__(32) read_boxes(const __grid_constant__ BoxWork
 }
 
 // The decode kernel's pipeline on the same boxes, its math replaced by a wait of `work` cycles
-// split between the scores and P V: per tile t, K of tile t + 3 is requested (4 K stages), K of t
-// awaited, the scores' work done, V of tile t - 3 awaited, P V's work done, and V of t requested
-// into the stage just read (3 V stages). With kEarlyK, K of tile t + 4 is requested as soon as
-// tile t's scores are done instead (its stage is free then), one tile further ahead.
+// split between the scores and P V: per tile t, K of tile t + 3 is requested (4 K stages) and K of
+// t awaited, and the scores' work is done. A tile is kept with probability keep_pct / 100 (by a
+// hash of head and tile; tile 0, the sink, and the sequence's last 4 tiles, the local band,
+// always), and only a kept tile's V is requested, after its vote, and its P V's work done:
+// - kDeferred false, as the kernel: V of tile t into V stage t % 3, and P V of tile t - 3 (if
+//   kept) awaited in iteration t, whatever the tiles between;
+// - kDeferred true: the kept tiles queue for the 3 V stages, and the oldest one's P V runs only
+//   when a fourth needs a stage (and at the split's end), so that a run of skipped tiles never
+//   waits for a kept tile's V.
 struct ShapedWork {
   BoxWork box;
   long long work;  // cycles a tile
+  int keep_pct;
 };
 
 __device__ __forceinline__ void spin(long long cycles) {
@@ -219,11 +225,18 @@ __device__ __forceinline__ void spin(long long cycles) {
   }
 }
 
-template <bool kEarlyK>
+__device__ __forceinline__ bool kept_tile(int head, int tile, int tiles, int keep_pct) {
+  if (tile == 0 || tile >= tiles - 4 || keep_pct >= 100) return true;
+  const unsigned h = (static_cast<unsigned>(head) * 0x9e3779b9u) ^
+                     (static_cast<unsigned>(tile) * 0x85ebca6bu);
+  return ((h ^ (h >> 15)) * 0xc2b2ae35u >> 8) % 100u < static_cast<unsigned>(keep_pct);
+}
+
+template <bool kDeferred>
 __global__ void __launch_bounds__(32) read_decode_shaped(const __grid_constant__ ShapedWork sw) {
   extern __shared__ __align__(1024) std::uint8_t stage[];
   __shared__ std::uint64_t full[kStages];
-  constexpr int kK = 4, kV = 3, kAhead = kEarlyK ? 4 : 3;
+  constexpr int kK = 4, kV = 3, kAhead = 3;
   constexpr int kBoxes = 8, kBoxRows = 16, kBoxBytes = kTileBytes / kBoxes;
   const BoxWork& w = sw.box;
   const long long t0 = global_ns();
@@ -246,28 +259,48 @@ __global__ void __launch_bounds__(32) read_decode_shaped(const __grid_constant__
                           head, 64 * (begin + tile) + kBoxRows * (b / 2));
     }
   };
-  unsigned acc = 0;
-  auto take = [&](int s, int use) {
-    hopper::mbar_wait(&full[s], static_cast<std::uint32_t>(use) & 1);
+  unsigned acc = 0, v_phase = 0;
+  auto take = [&](int s, unsigned parity) {
+    hopper::mbar_wait(&full[s], parity);
     acc ^= reinterpret_cast<const unsigned*>(stage + s * kTileBytes)[lane * 128];
   };
+  auto take_v = [&](int vs) {  // waits for V stage vs and runs its P V
+    take(kK + vs, (v_phase >> vs) & 1u);
+    v_phase ^= 1u << vs;
+    spin(sw.work / 2);
+  };
+  const auto kept = [&](int t) { return kept_tile(head, begin + t, tiles, sw.keep_pct); };
+  int queued = 0, next_stage = 0;  // kDeferred: kept tiles awaiting P V; the next V stage
   for (int j = 0; j < kAhead && j < n; ++j) issue(&w.k, j % kK, j);
-  for (int t = 0; t < n + kV; ++t) {
-    if (!kEarlyK && t + kAhead < n) issue(&w.k, (t + kAhead) % kK, t + kAhead);
+  for (int t = 0; t < n + (kDeferred ? 0 : kV); ++t) {
+    if (t + kAhead < n) issue(&w.k, (t + kAhead) % kK, t + kAhead);
     if (t < n) {
-      take(t % kK, t / kK);
+      take(t % kK, static_cast<unsigned>(t / kK) & 1u);
       spin(sw.work / 2);
+    }
+    if constexpr (kDeferred) {
+      if (kept(t)) {
+        if (queued == kV) {  // the oldest kept tile's stage is the one this tile takes
+          take_v(next_stage);
+          --queued;
+        }
+        __syncwarp();
+        hopper::fence_proxy_async();
+        issue(&w.v, kK + next_stage, t);
+        next_stage = (next_stage + 1) % kV;
+        ++queued;
+      }
+    } else {
+      if (t >= kV && kept(t - kV)) take_v(t % kV);
       __syncwarp();
       hopper::fence_proxy_async();
-      if (kEarlyK && t + kAhead < n) issue(&w.k, (t + kAhead) % kK, t + kAhead);
+      if (t < n && kept(t)) issue(&w.v, kK + t % kV, t);
     }
-    if (t >= kV) {
-      take(kK + t % kV, (t - kV) / kV);
-      spin(sw.work / 2);
+  }
+  if constexpr (kDeferred) {
+    for (; queued > 0; --queued) {
+      take_v((next_stage + kV - queued) % kV);
     }
-    __syncwarp();
-    hopper::fence_proxy_async();
-    if (t < n) issue(&w.v, kK + t % kV, t);
   }
   if (acc == 0x9e3779b9u) w.sink[0] = acc;
   if (lane == 0) {
@@ -305,9 +338,8 @@ __global__ void fill_words(unsigned* p, long long n) {
 struct Options {
   std::vector<int> mib{32, 128, 256, 1024};
   std::vector<int> chunks{4, 8, 16};
-  // Decode-shaped arms: (K requested early, cycles of work a tile).
-  std::vector<std::pair<bool, long long>> shaped{
-      {false, 0}, {false, 500}, {false, 1000}, {false, 2000}, {true, 1000}, {true, 2000}};
+  std::vector<long long> work{0, 1000, 2000};  // decode-shaped arms: cycles of work a tile
+  std::vector<int> keep{100, 25};             // and the share of tiles kept, %
   int rounds = 30;
   std::string json, command;
 };
@@ -351,7 +383,7 @@ nlohmann::json run(const Options& o) {
   for (auto* k : {read_tiles<false>, read_tiles<true>}) {
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), "smem");
   }
-  for (auto* k : {read_decode_shaped<false>, read_decode_shaped<true>}) {
+  for (auto* k : {read_decode_shaped<false>, read_decode_shaped<true>}) {  // as the kernel; deferred
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), "smem");
   }
   for (auto* k : {read_boxes<2>, read_boxes<4>, read_boxes<8>}) {
@@ -427,29 +459,35 @@ nlohmann::json run(const Options& o) {
                     boxes(2, true, CU_TENSOR_MAP_L2_PROMOTION_L2_128B), kHeads * splits});
     arms.push_back({"[heads, tokens, 128] boxes of 16 rows, L2 promotion 128 B",
                     boxes(8, true, CU_TENSOR_MAP_L2_PROMOTION_L2_128B), kHeads * splits});
-    for (const auto& [early, work] : o.shaped) {
-      ShapedWork sw{};
-      // The decode's maps: boxes of 16 rows, L2 promotion 128 B.
-      sw.box.k = common::make_tensor_map("read_balance", src, tokens, kHeads, 128, 16,
-                                         CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
-                                         CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
-      sw.box.v = common::make_tensor_map("read_balance", src + bytes / 2, tokens, kHeads, 128, 16,
-                                         CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
-                                         CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
-      sw.box.tokens = tokens;
-      sw.box.splits = splits;
-      sw.box.sink = sink;
-      sw.box.stamps = stamps;
-      sw.work = work;
-      auto* kernel = early ? read_decode_shaped<true> : read_decode_shaped<false>;
-      arms.push_back({std::string("decode-shaped, K ") + (early ? "4 ahead after the scores" :
-                                                                  "3 ahead at the tile's start") +
-                          ", " + std::to_string(work) + " cycles of work a tile",
-                      [=] {
-                        kernel<<<kHeads * splits, 32, kSmemBytes>>>(sw);
-                        check(cudaGetLastError(), "shaped launch");
-                      },
-                      kHeads * splits});
+    for (long long work : o.work) {
+      for (int keep : o.keep) {
+        for (bool deferred : {false, true}) {
+          if (keep >= 100 && deferred) continue;  // nothing to defer
+          ShapedWork sw{};
+          // The decode's maps: boxes of 16 rows, L2 promotion 128 B.
+          sw.box.k = common::make_tensor_map("read_balance", src, tokens, kHeads, 128, 16,
+                                             CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+                                             CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+          sw.box.v = common::make_tensor_map("read_balance", src + bytes / 2, tokens, kHeads, 128,
+                                             16, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+                                             CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+          sw.box.tokens = tokens;
+          sw.box.splits = splits;
+          sw.box.sink = sink;
+          sw.box.stamps = stamps;
+          sw.work = work;
+          sw.keep_pct = keep;
+          auto* kernel = deferred ? read_decode_shaped<true> : read_decode_shaped<false>;
+          arms.push_back({"decode-shaped, " + std::to_string(work) + " cycles a tile, " +
+                              std::to_string(keep) + "% kept" +
+                              (keep >= 100 ? "" : deferred ? ", P V deferred" : ", P V 3 behind"),
+                          [=] {
+                            kernel<<<kHeads * splits, 32, kSmemBytes>>>(sw);
+                            check(cudaGetLastError(), "shaped launch");
+                          },
+                          kHeads * splits});
+        }
+      }
     }
     arms.push_back({"[tokens, heads, 128] boxes of 16 rows, L2 promotion 256 B",
                     boxes(8, false, CU_TENSOR_MAP_L2_PROMOTION_L2_256B), kHeads * splits});
@@ -519,6 +557,10 @@ int main(int argc, char** argv) {
   app.add_option("--mib", o.mib, "Sizes to read, MiB")->check(CLI::Range(1, 8192));
   app.add_option("--chunks", o.chunks, "Tiles of 16 KB a dynamic chunk")
       ->check(CLI::Range(1, 4096));
+  app.add_option("--work", o.work, "Cycles of work a tile of the decode-shaped arms")
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--keep", o.keep, "Shares of tiles the decode-shaped arms keep, %")
+      ->check(CLI::Range(0, 100));
   app.add_option("--rounds", o.rounds, "Timed rounds (one call an arm a round)")
       ->check(CLI::PositiveNumber);
   app.add_option("--json", o.json, "Write the results here");
