@@ -31,8 +31,10 @@ them; the K/V pages stay cold. A sequence's pages lie at shuffled slots (--page-
 one after another); arms are interleaved round by round (odd rounds reversed); median per arm.
 Two more arms give the floor for a call of that size: a device-to-device copy moving as many bytes
 as the kernels read (half read, half written; the written half may stay in the L2 within the
-call), and a plain read of the cache's own K and V pages (a kernel loading every 16 bytes once,
-many loads in flight; CuPy), launch and ramp included. Each skip arm (automatic splits) gets its
+call), and a plain read of the cache's own K and V pages (bulk copies of 16 KB into shared
+memory, 7 in flight a CTA, two CTAs an SM: the fastest read of this size found, 95-97% of the
+copy at 128 MiB where a loop of 16-byte loads reached 87%, bench/read_balance.cu; CuPy), launch
+and ramp included. Each skip arm (automatic splits) gets its
 own floor: a read of as many bytes as it reads (K in full, the V of its kept tiles, tile 0's K
 once more per split after the first), and a "ceiling" line gives the most any kernel reading
 those bytes could gain: our dense time, and the time of a dense call at 90% of the copy's
@@ -145,6 +147,65 @@ extern "C" __global__ void NAME(const uint4* __restrict__ a, long long na,
 """
 
 
+# The read arms' kernel: the best read of a decode call's size found (bench/read_balance.cu, runs
+# 216-217: 95-97% of the copy at 128 MiB where the loop above reaches 87%). One warp a CTA, two
+# CTAs an SM, each copying its share of a, then b, in pieces of 16 KB (the last piece of each
+# shorter) by 1-D bulk copies into 7 shared-memory stages (112 KB) that complete on mbarriers,
+# each lane reading a word of every landed piece.
+READ_BULK_KERNEL = r"""
+extern "C" __global__ void __launch_bounds__(32) NAME(const char* __restrict__ a, long long na,
+                                                      const char* __restrict__ b, long long nb,
+                                                      unsigned int* sink) {
+  constexpr int kPiece = 16384, kStages = 7;
+  extern __shared__ __align__(128) unsigned char st[];
+  __shared__ unsigned long long full[kStages];
+  const long long pa = (na + kPiece - 1) / kPiece, pieces = pa + (nb + kPiece - 1) / kPiece;
+  const long long p0 = pieces * blockIdx.x / gridDim.x;
+  const long long p1 = pieces * (blockIdx.x + 1) / gridDim.x;
+  const unsigned lane = threadIdx.x;
+  if (lane == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;"
+                   :: "r"((unsigned)__cvta_generic_to_shared(&full[s])));
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncwarp();
+  for (long long p = p0; p < p1 + kStages; ++p) {
+    const long long i = p - p0;
+    const int s = (int)(i % kStages);
+    if (p >= p0 + kStages) {  // piece p - kStages landed in stage s: read a word of it
+      const unsigned bar = (unsigned)__cvta_generic_to_shared(&full[s]);
+      const unsigned parity = (unsigned)((i / kStages - 1) & 1);
+      unsigned done = 0;
+      while (!done) {
+        asm volatile("{ .reg .pred q; mbarrier.try_wait.parity.shared::cta.b64 q, [%1], %2;"
+                     " selp.u32 %0, 1, 0, q; }"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+      }
+      const unsigned word = ((const unsigned*)(st + s * kPiece))[lane * 4];
+      if (word == 0x9e3779b9u) sink[0] = word;
+      __syncwarp();
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    }
+    if (p < p1 && lane == 0) {
+      const char* src = p < pa ? a + p * kPiece : b + (p - pa) * kPiece;
+      const long long left = p < pa ? na - p * kPiece : nb - (p - pa) * kPiece;
+      const unsigned bytes = (unsigned)(left < kPiece ? left : kPiece);
+      const unsigned bar = (unsigned)__cvta_generic_to_shared(&full[s]);
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                   :: "r"(bar), "r"(bytes) : "memory");
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                   " [%0], [%1], %2, [%3];"
+                   :: "r"((unsigned)__cvta_generic_to_shared(st + s * kPiece)), "l"(src),
+                      "r"(bytes), "r"(bar) : "memory");
+    }
+  }
+}
+"""
+READ_BULK_STAGE_BYTES = 7 * 16384
+
+
 def torch_stream(cupy):
     """PyTorch's current stream as a CuPy stream, so that CuPy launches queue behind torch's."""
     with warnings.catch_warnings():  # CuPy 14 deprecates it for Stream.from_external
@@ -181,6 +242,27 @@ class Reader:
         def call():
             with stream:
                 self.kernel((self.blocks,), (512,), args)
+        return call
+
+
+class BulkReader(Reader):
+    """The read arms' kernel (READ_BULK_KERNEL): two CTAs of one warp an SM, each reading its
+    share of the bytes by bulk copies into shared memory."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.kernel = self.cp.RawKernel(READ_BULK_KERNEL.replace("NAME", name), name)
+        self.kernel.max_dynamic_shared_size_bytes = READ_BULK_STAGE_BYTES
+        self.blocks = 2 * torch.cuda.get_device_properties(0).multi_processor_count
+
+    def bind(self, a, b):
+        wa, wb = self.words(a), self.words(b)
+        args = (wa, self.cp.int64(wa.size * 4), wb, self.cp.int64(wb.size * 4), self.sink)
+        stream = torch_stream(self.cp)
+
+        def call():
+            with stream:
+                self.kernel((self.blocks,), (32,), args, shared_mem=READ_BULK_STAGE_BYTES)
         return call
 
 
@@ -475,7 +557,7 @@ def main():
     ours = Ours(args.lib)
     base = Ours(args.compare_lib) if args.compare_lib else None
     gen = torch.Generator(device="cuda").manual_seed(0)
-    reader = Reader("read_once")
+    reader = BulkReader("read_once")
     code_sweep = args.flush_mb > 0 and not args.no_code_sweep
     flush = make_flush(args.flush_mode, args.flush_mb, code_sweep)
     copy_bps = copy_bandwidth()
