@@ -20,14 +20,15 @@
 #include <cstdio>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "../kernels/common/tensor_map.h"
 #include "../kernels/hopper/ptx.cuh"
+#include "bench_record.h"
 #include "bench_util.h"
 #include "file_io.h"
-#include "skipsoftmax_git_revision.h"
 
 namespace {
 
@@ -59,6 +60,17 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, std::uint6
           "r"(hopper::smem_addr(dst)),
       "l"(src), "r"(kTileBytes), "r"(hopper::smem_addr(bar))
       : "memory");
+}
+
+// Every arm's end: the XOR of the words read is stored only if it equals a constant (so that no
+// load can be dropped), and one thread stamps the CTA's start and end.
+__device__ __forceinline__ void finish(unsigned acc, unsigned* sink, long long* stamps,
+                                       long long t0, bool leader) {
+  if (acc == 0x9e3779b9u) sink[0] = acc;
+  if (leader) {
+    stamps[2 * blockIdx.x] = t0;
+    stamps[2 * blockIdx.x + 1] = global_ns();
+  }
 }
 
 // The tiles a CTA reads, in order: one range (static), or chunks taken from the counter, the one
@@ -128,16 +140,12 @@ __global__ void __launch_bounds__(32) read_tiles(Work w) {
     hopper::fence_proxy_async();  // the words read before the copy that overwrites them
     issue(s);
   }
-  if (acc == 0x9e3779b9u) w.sink[0] = acc;
-  if (lane == 0) {
-    w.stamps[2 * blockIdx.x] = t0;
-    w.stamps[2 * blockIdx.x + 1] = global_ns();
-    if constexpr (kDynamic) {
-      __threadfence();
-      if (atomicAdd(&w.counters[1], 1) == gridDim.x - 1) {
-        atomicExch(&w.counters[0], 0);
-        atomicExch(&w.counters[1], 0);
-      }
+  finish(acc, w.sink, w.stamps, t0, lane == 0);
+  if (kDynamic && lane == 0) {
+    __threadfence();
+    if (atomicAdd(&w.counters[1], 1) == gridDim.x - 1) {
+      atomicExch(&w.counters[0], 0);
+      atomicExch(&w.counters[1], 0);
     }
   }
 }
@@ -196,11 +204,7 @@ __global__ void __launch_bounds__(32) read_boxes(const __grid_constant__ BoxWork
     hopper::fence_proxy_async();
     issue(j + kStages);
   }
-  if (acc == 0x9e3779b9u) w.sink[0] = acc;
-  if (lane == 0) {
-    w.stamps[2 * blockIdx.x] = t0;
-    w.stamps[2 * blockIdx.x + 1] = global_ns();
-  }
+  finish(acc, w.sink, w.stamps, t0, lane == 0);
 }
 
 // The decode kernel's pipeline on the same boxes, its math replaced by a wait of `work` cycles
@@ -302,11 +306,92 @@ __global__ void __launch_bounds__(32) read_decode_shaped(const __grid_constant__
       take_v((next_stage + kV - queued) % kV);
     }
   }
-  if (acc == 0x9e3779b9u) w.sink[0] = acc;
-  if (lane == 0) {
-    w.stamps[2 * blockIdx.x] = t0;
-    w.stamps[2 * blockIdx.x + 1] = global_ns();
+  finish(acc, w.sink, w.stamps, t0, lane == 0);
+}
+
+// The decode kernel's shape more closely, dense: four warps a CTA, each copying its own 16-key
+// slice of a tile (two boxes of 16 rows, completing on its own mbarrier a stage, as the kernel's
+// key slices), one CTA barrier a tile, `work` cycles a tile split around it, K requested three
+// tiles ahead and V after P V into the stage just read. With kPaged each tile lies on the page
+// the page table names (a shuffled order, one page of 64 rows a tile, read by each warp an
+// iteration ahead, as the kernel's slice_row).
+struct WarpsWork {
+  BoxWork box;
+  long long work;
+  const int* pages;  // [tokens / 64] the physical page of each tile (kPaged)
+};
+
+template <bool kPaged>
+__global__ void __launch_bounds__(128) read_decode_warps(const __grid_constant__ WarpsWork ww) {
+  extern __shared__ __align__(1024) std::uint8_t stage[];
+  constexpr int kK = 4, kV = 3, kAhead = 3, kSliceBytes = kTileBytes / 4;
+  __shared__ std::uint64_t k_full[kK][4], v_full[kV][4];
+  const BoxWork& w = ww.box;
+  const long long t0 = global_ns();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int head = blockIdx.x / w.splits, split = blockIdx.x % w.splits;
+  const int tiles = w.tokens / 64;
+  const int begin = tiles * split / w.splits, n = tiles * (split + 1) / w.splits - begin;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kK; ++s) {
+      for (int j = 0; j < 4; ++j) hopper::mbar_init(&k_full[s][j], 1);
+    }
+    for (int s = 0; s < kV; ++s) {
+      for (int j = 0; j < 4; ++j) hopper::mbar_init(&v_full[s][j], 1);
+    }
+    hopper::fence_barrier_init();
   }
+  __syncthreads();
+  const auto first_row = [&](int t) {
+    const int tile = min(begin + t, tiles - 1);
+    return 64 * (kPaged ? __ldg(ww.pages + tile) : tile);
+  };
+  // This warp's slice of a tile: boxes of 16 rows x 64 columns, one per column half.
+  const auto issue = [&](const CUtensorMap* map, std::uint8_t* tile_smem, std::uint64_t* bar,
+                         int row) {
+    if (lane != 0) return;
+    hopper::mbar_arrive_expect_tx(bar, kSliceBytes);
+    for (int b = 0; b < 2; ++b) {
+      hopper::tma_load_3d(tile_smem + b * (kTileBytes / 2) + warp * (kSliceBytes / 2), map, bar,
+                          64 * b, head, row + 16 * warp);
+    }
+  };
+  std::uint8_t* k_smem = stage;
+  std::uint8_t* v_smem = stage + kK * kTileBytes;
+  int row[kAhead + 1];
+  for (int j = 0; j <= kAhead; ++j) row[j] = first_row(j);
+  for (int j = 0; j < kAhead && j < n; ++j) {
+    issue(&w.k, k_smem + j * kTileBytes, &k_full[j][warp], row[j]);
+  }
+  unsigned acc = 0, k_phase = 0, v_phase = 0;
+  for (int t = 0; t < n + kV; ++t) {
+    const int row_next = first_row(t + kAhead + 1);
+    if (t + kAhead < n) {
+      const int s = (t + kAhead) % kK;
+      issue(&w.k, k_smem + s * kTileBytes, &k_full[s][warp], row[kAhead]);
+    }
+    if (t < n) {
+      const int s = t % kK;
+      hopper::mbar_wait(&k_full[s][warp], (k_phase >> s) & 1u);
+      k_phase ^= 1u << s;
+      acc ^= reinterpret_cast<const unsigned*>(k_smem + s * kTileBytes)[warp * 512 + lane];
+      spin(ww.work / 2);
+      __syncthreads();
+    }
+    const int vs = t % kV;
+    if (t >= kV) {
+      hopper::mbar_wait(&v_full[vs][warp], (v_phase >> vs) & 1u);
+      v_phase ^= 1u << vs;
+      acc ^= reinterpret_cast<const unsigned*>(v_smem + vs * kTileBytes)[warp * 512 + lane];
+      spin(ww.work / 2);
+    }
+    __syncwarp();
+    hopper::fence_proxy_async();
+    if (t < n) issue(&w.v, v_smem + vs * kTileBytes, &v_full[vs][warp], row[0]);
+    for (int j = 0; j < kAhead; ++j) row[j] = row[j + 1];
+    row[kAhead] = row_next;
+  }
+  finish(acc, w.sink, w.stamps, t0, threadIdx.x == 0);
 }
 
 // The LSU reader of bench/decode_sdpa.py: a grid-stride loop, four 16-byte loads in flight a
@@ -370,12 +455,14 @@ nlohmann::json run(const Options& o) {
   std::uint8_t *src = nullptr, *dst = nullptr, *sweep = nullptr;
   unsigned *counters = nullptr, *sink = nullptr;
   long long* stamps = nullptr;
+  int* pages = nullptr;
   check(cudaMalloc(&src, std::max(max_bytes, copy_bytes)), "src");
   check(cudaMalloc(&dst, std::max(max_bytes / 2, copy_bytes / 2)), "dst");
   check(cudaMalloc(&sweep, sweep_bytes), "sweep");
   check(cudaMalloc(&counters, 2 * sizeof(unsigned)), "counters");
   check(cudaMalloc(&sink, sizeof(unsigned)), "sink");
   check(cudaMalloc(&stamps, 2 * 8 * sms * sizeof(long long)), "stamps");
+  check(cudaMalloc(&pages, max_bytes / (2 * 8 * 256 * 64) * sizeof(int)), "pages");
   check(cudaMemset(counters, 0, 2 * sizeof(unsigned)), "counters");
   fill_words<<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(src), std::max(max_bytes, copy_bytes) / 4);
   fill_words<<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(sweep), sweep_bytes / 4);
@@ -384,6 +471,9 @@ nlohmann::json run(const Options& o) {
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), "smem");
   }
   for (auto* k : {read_decode_shaped<false>, read_decode_shaped<true>}) {  // as the kernel; deferred
+    check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), "smem");
+  }
+  for (auto* k : {read_decode_warps<false>, read_decode_warps<true>}) {
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), "smem");
   }
   for (auto* k : {read_boxes<2>, read_boxes<4>, read_boxes<8>}) {
@@ -430,7 +520,8 @@ nlohmann::json run(const Options& o) {
     constexpr int kHeads = 8;
     const int tokens = static_cast<int>(bytes / (2 * kHeads * 256));
     const int splits = full / kHeads;
-    const auto boxes = [&](int n, bool head_major, CUtensorMapL2promotion promo) {
+    // The K and V maps of a cache of `tokens` rows with boxes of 128 / n rows.
+    const auto box_work = [&](int n, bool head_major, CUtensorMapL2promotion promo) {
       BoxWork w{};
       const std::uint8_t* v = src + bytes / 2;
       const std::int64_t rows = head_major ? std::int64_t{kHeads} * tokens : tokens;
@@ -444,6 +535,10 @@ nlohmann::json run(const Options& o) {
       w.splits = splits;
       w.sink = sink;
       w.stamps = stamps;
+      return w;
+    };
+    const auto boxes = [&](int n, bool head_major, CUtensorMapL2promotion promo) {
+      const BoxWork w = box_work(n, head_major, promo);
       auto* kernel = n == 2 ? read_boxes<2> : n == 4 ? read_boxes<4> : read_boxes<8>;
       return [=] {
         kernel<<<kHeads * splits, 32, kSmemBytes>>>(w);
@@ -459,22 +554,14 @@ nlohmann::json run(const Options& o) {
                     boxes(2, true, CU_TENSOR_MAP_L2_PROMOTION_L2_128B), kHeads * splits});
     arms.push_back({"[heads, tokens, 128] boxes of 16 rows, L2 promotion 128 B",
                     boxes(8, true, CU_TENSOR_MAP_L2_PROMOTION_L2_128B), kHeads * splits});
+    // The decode kernel's maps: boxes of 16 rows, L2 promotion 128 B.
+    const BoxWork decode_maps = box_work(8, false, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
     for (long long work : o.work) {
       for (int keep : o.keep) {
         for (bool deferred : {false, true}) {
           if (keep >= 100 && deferred) continue;  // nothing to defer
           ShapedWork sw{};
-          // The decode's maps: boxes of 16 rows, L2 promotion 128 B.
-          sw.box.k = common::make_tensor_map("read_balance", src, tokens, kHeads, 128, 16,
-                                             CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
-                                             CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
-          sw.box.v = common::make_tensor_map("read_balance", src + bytes / 2, tokens, kHeads, 128,
-                                             16, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
-                                             CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
-          sw.box.tokens = tokens;
-          sw.box.splits = splits;
-          sw.box.sink = sink;
-          sw.box.stamps = stamps;
+          sw.box = decode_maps;
           sw.work = work;
           sw.keep_pct = keep;
           auto* kernel = deferred ? read_decode_shaped<true> : read_decode_shaped<false>;
@@ -487,6 +574,29 @@ nlohmann::json run(const Options& o) {
                           },
                           kHeads * splits});
         }
+      }
+    }
+    // A shuffled page order for the paged arms (the same for every head, as a cache's page table).
+    std::vector<int> order(tokens / 64);
+    for (int i = 0; i < static_cast<int>(order.size()); ++i) order[i] = i;
+    std::mt19937 rng(mib);
+    std::shuffle(order.begin(), order.end(), rng);
+    check(cudaMemcpy(pages, order.data(), order.size() * sizeof(int), cudaMemcpyHostToDevice),
+          "pages");
+    for (long long work : o.work) {
+      for (bool paged : {false, true}) {
+        WarpsWork ww{};
+        ww.box = decode_maps;
+        ww.work = work;
+        ww.pages = pages;
+        auto* kernel = paged ? read_decode_warps<true> : read_decode_warps<false>;
+        arms.push_back({"decode-shaped, 4 warps, " + std::to_string(work) + " cycles a tile" +
+                            (paged ? ", shuffled pages" : ""),
+                        [=] {
+                          kernel<<<kHeads * splits, 128, kSmemBytes>>>(ww);
+                          check(cudaGetLastError(), "warps launch");
+                        },
+                        kHeads * splits});
       }
     }
     arms.push_back({"[tokens, heads, 128] boxes of 16 rows, L2 promotion 256 B",
@@ -542,7 +652,7 @@ nlohmann::json run(const Options& o) {
   }
   for (void* p : {static_cast<void*>(src), static_cast<void*>(dst), static_cast<void*>(sweep),
                   static_cast<void*>(counters), static_cast<void*>(sink),
-                  static_cast<void*>(stamps)}) {
+                  static_cast<void*>(stamps), static_cast<void*>(pages)}) {
     cudaFree(p);
   }
   return {{"copy_bytes_per_s", copy_bps}, {"ctas_per_sm", per_sm}, {"tile_bytes", kTileBytes},
@@ -568,11 +678,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) o.command += (i ? " " : "") + std::string(argv[i]);
   try {
     if (!o.json.empty()) check_output_file(o.json);
-    nlohmann::json j = run(o);
-    j["command"] = o.command;
-    j["git_revision"] = SKIPSOFTMAX_GIT_REVISION;
-    j["gpu"] = bench::device_properties().name;
-    if (!o.json.empty()) write_json_file(o.json, j);
+    bench::write_record(run(o), o.json, o.command);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "read_balance: %s\n", e.what());
     return 1;

@@ -23,10 +23,10 @@
 
 #include "../kernels/common/tensor_map.h"
 #include "../kernels/hopper/ptx.cuh"
+#include "bench_record.h"
 #include "bench_util.h"
 #include "file_io.h"
 #include "skipsoftmax/prefill.h"
-#include "skipsoftmax_git_revision.h"
 #include "structured_inputs.cuh"
 
 namespace {
@@ -586,11 +586,7 @@ int main(int argc, char** argv) {
     }
     if (!o.json.empty()) check_output_file(o.json);
     if (!hopper_gpu_available()) throw std::runtime_error("no Hopper GPU (compute capability 9.0)");
-    nlohmann::json j = run(o);
-    j["command"] = o.command;
-    j["git_revision"] = SKIPSOFTMAX_GIT_REVISION;
-    j["gpu"] = bench::device_properties().name;
-    if (!o.json.empty()) write_json_file(o.json, j);
+    bench::write_record(run(o), o.json, o.command);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vote_probe: %s\n", e.what());
     return 1;
