@@ -15,6 +15,9 @@
 #   decode_sdpa.json       paged decode against cuDNN and FlashAttention-2 and a device copy, batch
 #                          1-64, 4k-128k (decode_sdpa.py's defaults: every decode row of the README),
 #                          the median over three processes
+#   read_balance.json      reads of decode sizes (32 MiB-8 GiB): bulk copies, the decode cache's
+#                          TMA boxes and the decode kernel's pipeline with its math replaced by a
+#                          wait (bench/read_balance.cu): the floors the decode rows are read against
 # Usage: scripts/gpu_record.sh BUILD_DIR
 # The tool links ICU (libicuuc.so.72), which the device machine lacks: pack it beside the build
 # once on the development machine, and the tool's GPU test finds it there:
@@ -88,3 +91,5 @@ ncu_run 1 "$out/ncu_dense.txt"
 ncu_run 3 "$out/ncu_skip.txt"
 PYTHONUNBUFFERED=1 timeout -s KILL 500 python3 bench/decode_sdpa.py --lib "$b/libskipsoftmax_capi.so" \
   --processes 3 --timeout 160 --git-revision "$rev" --json "$out/decode_sdpa.json" | tail -n 40
+timeout -s KILL 120 "$b/skipsoftmax_read_balance" --mib 32 128 256 1024 8192 \
+  --json "$out/read_balance.json" | grep -E "MiB|boxes of 16 rows \(|static ranges, 264|4 warps"
