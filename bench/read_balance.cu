@@ -41,11 +41,11 @@ constexpr int kSmemBytes = kStages * kTileBytes;
 
 struct Work {
   const std::uint8_t* src;
-  long long tiles;       // 16 KB tiles to read
-  int chunk_tiles;       // dynamic: tiles a chunk
-  unsigned* counters;    // dynamic: [0] the next chunk, [1] CTAs done (the last resets both)
-  unsigned* sink;        // written only if the XOR of the words read equals a constant
-  long long* stamps;     // [gridDim.x][2] %globaltimer at the CTA's start and end
+  long long tiles;     // 16 KB tiles to read
+  int chunk_tiles;     // dynamic: tiles a chunk
+  unsigned* counters;  // dynamic: [0] the next chunk, [1] CTAs done (the last resets both)
+  unsigned* sink;      // written only if the XOR of the words read equals a constant
+  long long* stamps;   // [gridDim.x][2] %globaltimer at the CTA's start and end
 };
 
 __device__ __forceinline__ long long global_ns() {
@@ -231,8 +231,8 @@ __device__ __forceinline__ void spin(long long cycles) {
 
 __device__ __forceinline__ bool kept_tile(int head, int tile, int tiles, int keep_pct) {
   if (tile == 0 || tile >= tiles - 4 || keep_pct >= 100) return true;
-  const unsigned h = (static_cast<unsigned>(head) * 0x9e3779b9u) ^
-                     (static_cast<unsigned>(tile) * 0x85ebca6bu);
+  const unsigned h =
+      (static_cast<unsigned>(head) * 0x9e3779b9u) ^ (static_cast<unsigned>(tile) * 0x85ebca6bu);
   return ((h ^ (h >> 15)) * 0xc2b2ae35u >> 8) % 100u < static_cast<unsigned>(keep_pct);
 }
 
@@ -259,8 +259,8 @@ __global__ void __launch_bounds__(32) read_decode_shaped(const __grid_constant__
     hopper::mbar_arrive_expect_tx(&full[s], kTileBytes);
 #pragma unroll
     for (int b = 0; b < kBoxes; ++b) {
-      hopper::tma_load_3d(stage + s * kTileBytes + b * kBoxBytes, map, &full[s], 64 * (b % 2),
-                          head, 64 * (begin + tile) + kBoxRows * (b / 2));
+      hopper::tma_load_3d(stage + s * kTileBytes + b * kBoxBytes, map, &full[s], 64 * (b % 2), head,
+                          64 * (begin + tile) + kBoxRows * (b / 2));
     }
   };
   unsigned acc = 0, v_phase = 0;
@@ -394,6 +394,87 @@ __global__ void __launch_bounds__(128) read_decode_warps(const __grid_constant__
   finish(acc, w.sink, w.stamps, t0, threadIdx.x == 0);
 }
 
+// The same, with the copies issued by a fifth warp (a producer, as the prefill kernel's): it
+// requests K of tile t + 3 once the four consumer warps have released its stage (after the
+// scores of tile t - 1) and V of tile t once they have released its stage (after the P V of tile
+// t - 3), each tile's K and V whole (8 boxes a stage, one barrier), so that no copy waits for a
+// consumer's work beyond the stage it needs. The consumers synchronize a tile on a named barrier
+// of their 128 threads.
+template <bool kPaged>
+__global__ void __launch_bounds__(160) read_decode_producer(const __grid_constant__ WarpsWork ww) {
+  extern __shared__ __align__(1024) std::uint8_t stage[];
+  constexpr int kK = 4, kV = 3, kAhead = 3, kConsumers = 4;
+  __shared__ std::uint64_t k_full[kK], k_empty[kK], v_full[kV], v_empty[kV];
+  const BoxWork& w = ww.box;
+  const long long t0 = global_ns();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int head = blockIdx.x / w.splits, split = blockIdx.x % w.splits;
+  const int tiles = w.tokens / 64;
+  const int begin = tiles * split / w.splits, n = tiles * (split + 1) / w.splits - begin;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kK; ++s) {
+      hopper::mbar_init(&k_full[s], 1);
+      hopper::mbar_init(&k_empty[s], kConsumers);
+    }
+    for (int s = 0; s < kV; ++s) {
+      hopper::mbar_init(&v_full[s], 1);
+      hopper::mbar_init(&v_empty[s], kConsumers);
+    }
+    hopper::fence_barrier_init();
+  }
+  __syncthreads();
+  std::uint8_t* k_smem = stage;
+  std::uint8_t* v_smem = stage + kK * kTileBytes;
+  unsigned acc = 0;
+  if (warp == kConsumers) {
+    if (lane == 0) {
+      const auto first_row = [&](int t) {
+        return 64 * (kPaged ? __ldg(ww.pages + begin + t) : begin + t);
+      };
+      const auto issue = [&](const CUtensorMap* map, std::uint8_t* dst, std::uint64_t* bar,
+                             int row) {
+        hopper::mbar_arrive_expect_tx(bar, kTileBytes);
+        for (int b = 0; b < 8; ++b) {
+          hopper::tma_load_3d(dst + (b % 2) * (kTileBytes / 2) + (b / 2) * 2048, map, bar,
+                              64 * (b % 2), head, row + 16 * (b / 2));
+        }
+      };
+      for (int j = 0; j < kAhead && j < n; ++j)
+        issue(&w.k, k_smem + j * kTileBytes, &k_full[j], first_row(j));
+      for (int t = 0; t < n; ++t) {
+        if (t + kAhead < n) {
+          const int j = t + kAhead, s = j % kK;
+          if (j >= kK) hopper::mbar_wait(&k_empty[s], static_cast<std::uint32_t>(j / kK - 1) & 1);
+          issue(&w.k, k_smem + s * kTileBytes, &k_full[s], first_row(j));
+        }
+        const int vs = t % kV;
+        if (t >= kV) hopper::mbar_wait(&v_empty[vs], static_cast<std::uint32_t>(t / kV - 1) & 1);
+        issue(&w.v, v_smem + vs * kTileBytes, &v_full[vs], first_row(t));
+      }
+    }
+  } else {
+    for (int t = 0; t < n + kV; ++t) {
+      if (t < n) {
+        const int s = t % kK;
+        hopper::mbar_wait(&k_full[s], static_cast<std::uint32_t>(t / kK) & 1);
+        acc ^= reinterpret_cast<const unsigned*>(k_smem + s * kTileBytes)[warp * 512 + lane];
+        spin(ww.work / 2);
+        hopper::named_barrier_sync(1, 32 * kConsumers);
+        if (lane == 0) hopper::mbar_arrive(&k_empty[s]);
+      }
+      if (t >= kV) {
+        const int vs = t % kV;
+        hopper::mbar_wait(&v_full[vs], static_cast<std::uint32_t>((t - kV) / kV) & 1);
+        acc ^= reinterpret_cast<const unsigned*>(v_smem + vs * kTileBytes)[warp * 512 + lane];
+        spin(ww.work / 2);
+        __syncwarp();
+        if (lane == 0) hopper::mbar_arrive(&v_empty[vs]);
+      }
+    }
+  }
+  finish(acc, w.sink, w.stamps, t0, threadIdx.x == 0);
+}
+
 // The LSU reader of bench/decode_sdpa.py: a grid-stride loop, four 16-byte loads in flight a
 // thread (also the L2 sweep between calls).
 __global__ void read_lsu(const uint4* __restrict__ a, long long n, unsigned* sink) {
@@ -424,7 +505,7 @@ struct Options {
   std::vector<int> mib{32, 128, 256, 1024};
   std::vector<int> chunks{4, 8, 16};
   std::vector<long long> work{0, 1000, 2000};  // decode-shaped arms: cycles of work a tile
-  std::vector<int> keep{100, 25};             // and the share of tiles kept, %
+  std::vector<int> keep{100, 25};              // and the share of tiles kept, %
   int rounds = 30;
   std::string json, command;
 };
@@ -442,8 +523,10 @@ nlohmann::json spread(const std::vector<long long>& st, int ctas) {
   for (int b = 0; b < ctas; ++b) ends.push_back((st[2 * b + 1] - first) * 1e-3);
   std::sort(ends.begin(), ends.end());
   auto at = [&](double q) { return ends[static_cast<std::size_t>(q * (ends.size() - 1))]; };
-  return {{"cta_end_us_min", ends.front()}, {"cta_end_us_p10", at(0.1)},
-          {"cta_end_us_median", at(0.5)},   {"cta_end_us_p90", at(0.9)},
+  return {{"cta_end_us_min", ends.front()},
+          {"cta_end_us_p10", at(0.1)},
+          {"cta_end_us_median", at(0.5)},
+          {"cta_end_us_p90", at(0.9)},
           {"cta_end_us_max", ends.back()}};
 }
 
@@ -464,16 +547,19 @@ nlohmann::json run(const Options& o) {
   check(cudaMalloc(&stamps, 2 * 8 * sms * sizeof(long long)), "stamps");
   check(cudaMalloc(&pages, max_bytes / (2 * 8 * 256 * 64) * sizeof(int)), "pages");
   check(cudaMemset(counters, 0, 2 * sizeof(unsigned)), "counters");
-  fill_words<<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(src), std::max(max_bytes, copy_bytes) / 4);
+  fill_words<<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(src),
+                               std::max(max_bytes, copy_bytes) / 4);
   fill_words<<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(sweep), sweep_bytes / 4);
   check(cudaDeviceSynchronize(), "fill");
   for (auto* k : {read_tiles<false>, read_tiles<true>}) {
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), "smem");
   }
-  for (auto* k : {read_decode_shaped<false>, read_decode_shaped<true>}) {  // as the kernel; deferred
+  for (auto* k :
+       {read_decode_shaped<false>, read_decode_shaped<true>}) {  // as the kernel; deferred
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), "smem");
   }
-  for (auto* k : {read_decode_warps<false>, read_decode_warps<true>}) {
+  for (auto* k : {read_decode_warps<false>, read_decode_warps<true>, read_decode_producer<false>,
+                  read_decode_producer<true>}) {
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes), "smem");
   }
   for (auto* k : {read_boxes<2>, read_boxes<4>, read_boxes<8>}) {
@@ -509,7 +595,8 @@ nlohmann::json run(const Options& o) {
       };
     };
     const int full = per_sm * sms;
-    arms.push_back({"static ranges, " + std::to_string(full) + " CTAs", bulk(false, full, 0), full});
+    arms.push_back(
+        {"static ranges, " + std::to_string(full) + " CTAs", bulk(false, full, 0), full});
     arms.push_back({"static ranges, 256 CTAs", bulk(false, 256, 0), 256});
     for (int chunk : o.chunks) {
       arms.push_back({"dynamic chunks of " + std::to_string(chunk) + " tiles, " +
@@ -567,7 +654,9 @@ nlohmann::json run(const Options& o) {
           auto* kernel = deferred ? read_decode_shaped<true> : read_decode_shaped<false>;
           arms.push_back({"decode-shaped, " + std::to_string(work) + " cycles a tile, " +
                               std::to_string(keep) + "% kept" +
-                              (keep >= 100 ? "" : deferred ? ", P V deferred" : ", P V 3 behind"),
+                              (keep >= 100 ? ""
+                               : deferred  ? ", P V deferred"
+                                           : ", P V 3 behind"),
                           [=] {
                             kernel<<<kHeads * splits, 32, kSmemBytes>>>(sw);
                             check(cudaGetLastError(), "shaped launch");
@@ -589,22 +678,30 @@ nlohmann::json run(const Options& o) {
         ww.box = decode_maps;
         ww.work = work;
         ww.pages = pages;
-        auto* kernel = paged ? read_decode_warps<true> : read_decode_warps<false>;
-        arms.push_back({"decode-shaped, 4 warps, " + std::to_string(work) + " cycles a tile" +
-                            (paged ? ", shuffled pages" : ""),
-                        [=] {
-                          kernel<<<kHeads * splits, 128, kSmemBytes>>>(ww);
-                          check(cudaGetLastError(), "warps launch");
-                        },
-                        kHeads * splits});
+        for (bool producer : {false, true}) {
+          auto* kernel = producer
+                             ? (paged ? read_decode_producer<true> : read_decode_producer<false>)
+                             : (paged ? read_decode_warps<true> : read_decode_warps<false>);
+          const int threads = producer ? 160 : 128;
+          arms.push_back({std::string("decode-shaped, 4 warps") +
+                              (producer ? " and a producer" : "") + ", " + std::to_string(work) +
+                              " cycles a tile" + (paged ? ", shuffled pages" : ""),
+                          [=] {
+                            kernel<<<kHeads * splits, threads, kSmemBytes>>>(ww);
+                            check(cudaGetLastError(), "warps launch");
+                          },
+                          kHeads * splits});
+        }
       }
     }
     arms.push_back({"[tokens, heads, 128] boxes of 16 rows, L2 promotion 256 B",
                     boxes(8, false, CU_TENSOR_MAP_L2_PROMOTION_L2_256B), kHeads * splits});
     arms.push_back({"LSU grid-stride read", [&, bytes] { lsu(src, bytes); }});
-    arms.push_back({"copy of the same bytes (half read, half written)", [&, bytes] {
-      check(cudaMemcpyAsync(dst, src + bytes / 2, bytes / 2, cudaMemcpyDeviceToDevice), "copy");
-    }});
+    arms.push_back(
+        {"copy of the same bytes (half read, half written)", [&, bytes] {
+           check(cudaMemcpyAsync(dst, src + bytes / 2, bytes / 2, cudaMemcpyDeviceToDevice),
+                 "copy");
+         }});
     // Each timed call follows the L2 sweep, outside its events.
     std::vector<std::vector<float>> all(arms.size());
     std::vector<nlohmann::json> spreads(arms.size());
@@ -627,8 +724,9 @@ nlohmann::json run(const Options& o) {
         all[k].push_back(ms);
         if (r + 2 >= o.rounds && arms[k].ctas > 0) {
           std::vector<long long> st(2 * arms[k].ctas);
-          check(cudaMemcpy(st.data(), stamps, st.size() * sizeof(long long),
-                           cudaMemcpyDeviceToHost), "stamps");
+          check(
+              cudaMemcpy(st.data(), stamps, st.size() * sizeof(long long), cudaMemcpyDeviceToHost),
+              "stamps");
           spreads[k] = spread(st, arms[k].ctas);
         }
       }
@@ -655,8 +753,9 @@ nlohmann::json run(const Options& o) {
                   static_cast<void*>(stamps), static_cast<void*>(pages)}) {
     cudaFree(p);
   }
-  return {{"copy_bytes_per_s", copy_bps}, {"ctas_per_sm", per_sm}, {"tile_bytes", kTileBytes},
-          {"stages", kStages}, {"rounds", o.rounds}, {"sizes", sizes}};
+  return {{"copy_bytes_per_s", copy_bps}, {"ctas_per_sm", per_sm},
+          {"tile_bytes", kTileBytes},     {"stages", kStages},
+          {"rounds", o.rounds},           {"sizes", sizes}};
 }
 
 }  // namespace
