@@ -215,17 +215,25 @@ def torch_stream(cupy):
 
 class Reader:
     """A read-only kernel over CUDA tensors (CuPy's runtime compiler), on PyTorch's stream,
-    named `name` (the profiler tells the flush's kernel from the read arm's by it)."""
+    named `name` (the profiler tells the flush's kernel from the read arm's by it). bulk: the
+    read arms' kernel (READ_BULK_KERNEL: two CTAs of one warp an SM, each reading its share by
+    bulk copies into shared memory); otherwise the loop of 16-byte loads (READ_KERNEL: four
+    CTAs of 512 threads an SM), which the L2 sweep uses."""
 
-    def __init__(self, name):
+    def __init__(self, name, bulk=False):
         try:
             import cupy
         except ImportError as e:
             raise SystemExit(f"decode_sdpa.py: the read arm and --flush-mode read need CuPy ({e})")
         self.cp = cupy
-        self.kernel = cupy.RawKernel(READ_KERNEL.replace("NAME", name), name)
+        self.bulk = bulk
+        source = READ_BULK_KERNEL if bulk else READ_KERNEL
+        self.kernel = cupy.RawKernel(source.replace("NAME", name), name)
+        if bulk:
+            self.kernel.max_dynamic_shared_size_bytes = READ_BULK_STAGE_BYTES
         self.sink = cupy.zeros(1, dtype=cupy.uint32)
-        self.blocks = 4 * torch.cuda.get_device_properties(0).multi_processor_count
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        self.blocks = (2 if bulk else 4) * sms
 
     def words(self, t):
         if t.numel() * t.element_size() % 16:
@@ -236,33 +244,16 @@ class Reader:
         """A call that reads a, then b: the conversions are done once, here, so that a timed
         call is one launch."""
         wa, wb = self.words(a), self.words(b)
-        args = (wa, self.cp.int64(wa.size // 4), wb, self.cp.int64(wb.size // 4), self.sink)
+        # The bulk kernel counts bytes, the loop 16-byte words (wa and wb hold 4-byte words).
+        def count(w):
+            return self.cp.int64(w.size * 4 if self.bulk else w.size // 4)
+        args = (wa, count(wa), wb, count(wb), self.sink)
         stream = torch_stream(self.cp)
+        threads, smem = (32, READ_BULK_STAGE_BYTES) if self.bulk else (512, 0)
 
         def call():
             with stream:
-                self.kernel((self.blocks,), (512,), args)
-        return call
-
-
-class BulkReader(Reader):
-    """The read arms' kernel (READ_BULK_KERNEL): two CTAs of one warp an SM, each reading its
-    share of the bytes by bulk copies into shared memory."""
-
-    def __init__(self, name):
-        super().__init__(name)
-        self.kernel = self.cp.RawKernel(READ_BULK_KERNEL.replace("NAME", name), name)
-        self.kernel.max_dynamic_shared_size_bytes = READ_BULK_STAGE_BYTES
-        self.blocks = 2 * torch.cuda.get_device_properties(0).multi_processor_count
-
-    def bind(self, a, b):
-        wa, wb = self.words(a), self.words(b)
-        args = (wa, self.cp.int64(wa.size * 4), wb, self.cp.int64(wb.size * 4), self.sink)
-        stream = torch_stream(self.cp)
-
-        def call():
-            with stream:
-                self.kernel((self.blocks,), (32,), args, shared_mem=READ_BULK_STAGE_BYTES)
+                self.kernel((self.blocks,), (threads,), args, shared_mem=smem)
         return call
 
 
@@ -557,7 +548,7 @@ def main():
     ours = Ours(args.lib)
     base = Ours(args.compare_lib) if args.compare_lib else None
     gen = torch.Generator(device="cuda").manual_seed(0)
-    reader = BulkReader("read_once")
+    reader = Reader("read_once", bulk=True)
     code_sweep = args.flush_mb > 0 and not args.no_code_sweep
     flush = make_flush(args.flush_mode, args.flush_mb, code_sweep)
     copy_bps = copy_bandwidth()

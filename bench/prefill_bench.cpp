@@ -14,10 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "bench_record.h"
 #include "bench_util.h"
-#include "file_io.h"
 #include "skipsoftmax/prefill.h"
-#include "skipsoftmax_git_revision.h"
 #include "structured_inputs.cuh"
 
 namespace {
@@ -192,25 +191,20 @@ int main(int argc, char** argv) {
     for (int len : o.lengths) {
       for (auto& r : run_length(o, len, stdout)) results.push_back(r);
     }
-    if (!o.json.empty()) {
-      const nlohmann::json doc = {
-          {"command", o.command},
-          {"git_revision", SKIPSOFTMAX_GIT_REVISION},
-          {"gpu", bench::device_properties().name},
-          {"dtype", o.dtype},
-          {"heads_q", o.heads_q},
-          {"heads_kv", o.heads_kv},
-          {"head_dim", o.head_dim},
-          {"causal", !o.non_causal},
-          {"kv_order", o.order},
-          {"inputs", "synthetic real-structure (sink 12, band 8, far field 0.75)"},
-          {"timing", "median of " + std::to_string(o.rounds * o.iters) +
-                         " event-timed launches per arm, arms interleaved over " +
-                         std::to_string(o.rounds) + " rounds (odd rounds reversed), after " +
-                         std::to_string(o.warmup) + " warm-up launches"},
-          {"results", results}};
-      write_json_file(o.json, doc);
-    }
+    bench::write_record(
+        {{"dtype", o.dtype},
+         {"heads_q", o.heads_q},
+         {"heads_kv", o.heads_kv},
+         {"head_dim", o.head_dim},
+         {"causal", !o.non_causal},
+         {"kv_order", o.order},
+         {"inputs", "synthetic real-structure (sink 12, band 8, far field 0.75)"},
+         {"timing", "median of " + std::to_string(o.rounds * o.iters) +
+                        " event-timed launches per arm, arms interleaved over " +
+                        std::to_string(o.rounds) + " rounds (odd rounds reversed), after " +
+                        std::to_string(o.warmup) + " warm-up launches"},
+         {"results", results}},
+        o.json, o.command);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "prefill_bench: error: %s\n", e.what());
     return 1;

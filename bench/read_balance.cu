@@ -164,6 +164,17 @@ struct BoxWork {
   long long* stamps;
 };
 
+// The (head, split) a CTA of the decode-shaped grids owns, and its tiles [begin, begin + n).
+struct SplitTiles {
+  int head, tiles, begin, n;
+  __device__ explicit SplitTiles(const BoxWork& w)
+      : head(blockIdx.x / w.splits), tiles(w.tokens / 64) {
+    const int split = blockIdx.x % w.splits;
+    begin = tiles * split / w.splits;
+    n = tiles * (split + 1) / w.splits - begin;
+  }
+};
+
 template <int kBoxes>
 __global__ void __launch_bounds__(32) read_boxes(const __grid_constant__ BoxWork w) {
   extern __shared__ __align__(1024) std::uint8_t stage[];
@@ -172,10 +183,9 @@ __global__ void __launch_bounds__(32) read_boxes(const __grid_constant__ BoxWork
   constexpr int kBoxBytes = kTileBytes / kBoxes;
   const long long t0 = global_ns();
   const int lane = threadIdx.x;
-  const int head = blockIdx.x / w.splits, split = blockIdx.x % w.splits;
-  const int tiles = w.tokens / 64;
-  const int begin = tiles * split / w.splits, end = tiles * (split + 1) / w.splits;
-  const int loads = 2 * (end - begin);  // K, then V, of each tile
+  const SplitTiles my(w);
+  const int head = my.head, begin = my.begin;
+  const int loads = 2 * my.n;  // K, then V, of each tile
   if (lane == 0) {
     for (int s = 0; s < kStages; ++s) hopper::mbar_init(&full[s], 1);
     hopper::fence_barrier_init();
@@ -245,9 +255,8 @@ __global__ void __launch_bounds__(32) read_decode_shaped(const __grid_constant__
   const BoxWork& w = sw.box;
   const long long t0 = global_ns();
   const int lane = threadIdx.x;
-  const int head = blockIdx.x / w.splits, split = blockIdx.x % w.splits;
-  const int tiles = w.tokens / 64;
-  const int begin = tiles * split / w.splits, n = tiles * (split + 1) / w.splits - begin;
+  const SplitTiles my(w);
+  const int head = my.head, tiles = my.tiles, begin = my.begin, n = my.n;
   if (lane == 0) {
     for (int s = 0; s < kStages; ++s) hopper::mbar_init(&full[s], 1);
     hopper::fence_barrier_init();
@@ -329,9 +338,8 @@ __global__ void __launch_bounds__(128) read_decode_warps(const __grid_constant__
   const BoxWork& w = ww.box;
   const long long t0 = global_ns();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int head = blockIdx.x / w.splits, split = blockIdx.x % w.splits;
-  const int tiles = w.tokens / 64;
-  const int begin = tiles * split / w.splits, n = tiles * (split + 1) / w.splits - begin;
+  const SplitTiles my(w);
+  const int head = my.head, tiles = my.tiles, begin = my.begin, n = my.n;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kK; ++s) {
       for (int j = 0; j < 4; ++j) hopper::mbar_init(&k_full[s][j], 1);
@@ -408,9 +416,8 @@ __global__ void __launch_bounds__(160) read_decode_producer(const __grid_constan
   const BoxWork& w = ww.box;
   const long long t0 = global_ns();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int head = blockIdx.x / w.splits, split = blockIdx.x % w.splits;
-  const int tiles = w.tokens / 64;
-  const int begin = tiles * split / w.splits, n = tiles * (split + 1) / w.splits - begin;
+  const SplitTiles my(w);
+  const int head = my.head, begin = my.begin, n = my.n;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kK; ++s) {
       hopper::mbar_init(&k_full[s], 1);

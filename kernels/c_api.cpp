@@ -126,6 +126,16 @@ int kernel_code(skipsoftmax::KernelChoice choice) {
   return choice == skipsoftmax::KernelChoice::kSkip ? SKIPSOFTMAX_SKIP : SKIPSOFTMAX_DENSE;
 }
 
+// The defaults of the fields both argument structs have (see skipsoftmax_*_args_init).
+template <typename CArgs, typename Defaults>
+void init_common(CArgs* args, const Defaults& d) {
+  std::memset(args, 0, sizeof *args);
+  args->dtype = dtype_code(d.dtype);
+  args->head_dim = d.head_dim;
+  args->window = d.window;
+  args->force_kernel = SKIPSOFTMAX_AUTO;
+}
+
 }  // namespace
 
 // The defaults that the C++ structs hold as plain values are read off them; their optional fields
@@ -134,25 +144,17 @@ int kernel_code(skipsoftmax::KernelChoice choice) {
 extern "C" void skipsoftmax_prefill_args_init(skipsoftmax_prefill_args* args) {
   if (args == nullptr) return;
   const skipsoftmax::PrefillArguments d;
-  std::memset(args, 0, sizeof *args);
-  args->dtype = dtype_code(d.dtype);
-  args->head_dim = d.head_dim;
+  init_common(args, d);
   args->causal = d.causal ? 1 : 0;
   args->kv_order = static_cast<int>(d.kv_order);
-  args->window = d.window;
-  args->force_kernel = SKIPSOFTMAX_AUTO;
 }
 
 extern "C" void skipsoftmax_decode_args_init(skipsoftmax_decode_args* args) {
   if (args == nullptr) return;
   const skipsoftmax::DecodeArguments d;
-  std::memset(args, 0, sizeof *args);
-  args->dtype = dtype_code(d.dtype);
-  args->head_dim = d.head_dim;
+  init_common(args, d);
   args->num_splits = d.num_splits;
   args->q_len = d.q_len;
-  args->window = d.window;
-  args->force_kernel = SKIPSOFTMAX_AUTO;
 }
 
 extern "C" int skipsoftmax_decode(const skipsoftmax_decode_args* args, void* stream, char* error,
