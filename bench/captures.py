@@ -6,12 +6,24 @@ attention on one text: with g = Hq / Hkv query heads a KV head in every layer, q
 i-th stacked layer lands at i * Hq + j and its KV head at i * Hkv + j // g, where the kernels'
 (and SDPA's) head // g rule finds it.
 """
+import os
+import re
+
 import numpy as np
+
+_LAYER_Q = re.compile(r"layer(\d+)_q\.npy")
 
 
 def load_capture(directory, layers=None):
     """[q, k, v] as float32 arrays: the directory's q/k/v.npy, or its `layers` stacked."""
     if not layers:
+        if not os.path.exists(f"{directory}/q.npy"):
+            found = sorted(int(m.group(1)) for m in map(_LAYER_Q.fullmatch, os.listdir(directory))
+                           if m)
+            if found:
+                raise ValueError(f"{directory} holds one q/k/v triple per layer (layers "
+                                 f"{found[0]}-{found[-1]}): name the layers to stack, "
+                                 f"--input-layers {found[0]}-{found[-1]}")
         return [np.load(f"{directory}/{t}.npy").astype(np.float32) for t in ("q", "k", "v")]
     out = []
     for t in ("q", "k", "v"):

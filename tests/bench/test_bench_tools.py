@@ -383,6 +383,13 @@ class Captures(unittest.TestCase):
         with self.assertRaises(FileNotFoundError):
             load_capture(folder, [0, 2])
 
+    def test_per_layer_capture_without_layers_names_the_option(self):
+        folder = temp_dir(self)
+        for layer in (0, 1, 2):
+            self.write_layer(folder, layer, hq=6, hkv=2)
+        with self.assertRaisesRegex(ValueError, "--input-layers 0-2"):
+            load_capture(folder)
+
     def test_layer_lists(self):
         self.assertEqual(parse_layers("0-3"), [0, 1, 2, 3])
         self.assertEqual(parse_layers("5,11,17"), [5, 11, 17])
