@@ -42,7 +42,7 @@ from timing_stats import paired_speedups, quartiles
 class PrefillArgs(ctypes.Structure):
     """Mirror of skipsoftmax_prefill_args in include/skipsoftmax/c_api.h."""
     _fields_ = [
-        ("dtype", ctypes.c_int), ("head_dim", ctypes.c_int),
+        ("struct_size", ctypes.c_uint32), ("dtype", ctypes.c_int), ("head_dim", ctypes.c_int),
         ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
         ("out", ctypes.c_void_p),
         ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
@@ -139,6 +139,7 @@ class Ours:
 
     def __call__(self, q, k, v, out, cu, batch, seq_len, causal, order, lam, force, stats=None):
         a = PrefillArgs()
+        self.lib.skipsoftmax_prefill_args_init(ctypes.byref(a))  # the defaults and struct_size
         a.dtype = 1 if q.dtype == torch.bfloat16 else 0
         a.head_dim = q.shape[2]
         a.q, a.k, a.v, a.out = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()

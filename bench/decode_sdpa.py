@@ -72,7 +72,7 @@ from processes import summarize_in_processes
 class DecodeArgs(ctypes.Structure):
     """Mirror of skipsoftmax_decode_args in include/skipsoftmax/c_api.h."""
     _fields_ = [
-        ("dtype", ctypes.c_int), ("head_dim", ctypes.c_int),
+        ("struct_size", ctypes.c_uint32), ("dtype", ctypes.c_int), ("head_dim", ctypes.c_int),
         ("q", ctypes.c_void_p), ("out", ctypes.c_void_p),
         ("k_pages", ctypes.c_void_p), ("v_pages", ctypes.c_void_p),
         ("num_pages", ctypes.c_int64), ("page_size", ctypes.c_int),
@@ -83,7 +83,7 @@ class DecodeArgs(ctypes.Structure):
         ("table_rows", ctypes.c_int), ("table_bins", ctypes.c_void_p),
         ("table_scales", ctypes.c_void_p), ("flat_lambda", ctypes.c_double),
         ("num_splits", ctypes.c_int), ("workspace", ctypes.c_void_p),
-        ("stats", ctypes.c_void_p), ("force_kernel", ctypes.c_int), ("window", ctypes.c_int),
+        ("workspace_bytes", ctypes.c_int64), ("stats", ctypes.c_void_p), ("force_kernel", ctypes.c_int), ("window", ctypes.c_int),
         ("q_len", ctypes.c_int),
     ]
 
@@ -399,6 +399,7 @@ class Ours:
 
     def args(self, q, out, kp, vp, table, lens, L, hkv, lam, force, stats=None, splits=0):
         a = DecodeArgs()
+        self.lib.skipsoftmax_decode_args_init(ctypes.byref(a))  # the defaults and struct_size
         a.num_splits = splits
         a.dtype = 1 if q.dtype == torch.bfloat16 else 0
         a.head_dim = q.shape[3]  # q: [B, q_len, Hq, D]
@@ -427,7 +428,7 @@ class Ours:
         size, splits = self.workspace_size(a)
         if size > ws.numel():
             raise RuntimeError(f"workspace: {size} bytes needed, {ws.numel()} shared")
-        a.workspace = ws.data_ptr()
+        a.workspace, a.workspace_bytes = ws.data_ptr(), ws.numel()
         return splits
 
     def run(self, a):

@@ -21,9 +21,28 @@ void set_error(char* error, int error_len, const std::string& message) {
   error[n] = '\0';
 }
 
+// A caller built against another c_api.h passes a struct of another size (its first field, if it
+// has one, is its size): refused before any other field is read.
+template <typename Args>
+const Args& checked(const Args* args, const char* name) {
+  if (args == nullptr) throw std::invalid_argument("args is NULL");
+  if (args->struct_size != sizeof(Args)) {
+    throw std::invalid_argument(std::string(name) + ".struct_size is " +
+                                std::to_string(args->struct_size) + ", this library's " + name +
+                                " has " + std::to_string(sizeof(Args)) + " bytes: build against " +
+                                "its c_api.h and start from " + name + "_init");
+  }
+  return *args;
+}
+
 template <typename Args>
 skipsoftmax::Threshold threshold_of(const Args& a) {
-  if (a.table_rows <= 0) return skipsoftmax::Threshold::flat(a.flat_lambda);
+  if (a.table_rows < 0 || a.table_rows > skipsoftmax::kMaxKernelTableRows) {
+    throw std::invalid_argument("table_rows must lie in [0, " +
+                                std::to_string(skipsoftmax::kMaxKernelTableRows) + "], got " +
+                                std::to_string(a.table_rows));
+  }
+  if (a.table_rows == 0) return skipsoftmax::Threshold::flat(a.flat_lambda);
   if (a.table_bins == nullptr || a.table_scales == nullptr) {
     throw std::invalid_argument("table_rows is " + std::to_string(a.table_rows) +
                                 " but table_bins or table_scales is NULL");
@@ -68,8 +87,7 @@ int dtype_code(skipsoftmax::DType dtype) {
 }
 
 skipsoftmax::DecodeArguments decode_arguments(const skipsoftmax_decode_args* args) {
-  if (args == nullptr) throw std::invalid_argument("args is NULL");
-  const skipsoftmax_decode_args& a = *args;
+  const skipsoftmax_decode_args& a = checked(args, "skipsoftmax_decode_args");
   skipsoftmax::DecodeArguments d;
   d.dtype = dtype_of(a.dtype);
   d.head_dim = a.head_dim;
@@ -92,8 +110,7 @@ skipsoftmax::DecodeArguments decode_arguments(const skipsoftmax_decode_args* arg
 }
 
 skipsoftmax::PrefillArguments prefill_arguments(const skipsoftmax_prefill_args* args) {
-  if (args == nullptr) throw std::invalid_argument("args is NULL");
-  const skipsoftmax_prefill_args& a = *args;
+  const skipsoftmax_prefill_args& a = checked(args, "skipsoftmax_prefill_args");
   if (a.kv_order < 0 || a.kv_order > 2) throw std::invalid_argument("kv_order must be 0, 1 or 2");
   skipsoftmax::PrefillArguments p;
   p.dtype = dtype_of(a.dtype);
@@ -122,6 +139,25 @@ skipsoftmax::PrefillArguments prefill_arguments(const skipsoftmax_prefill_args* 
   return p;
 }
 
+// The status of the exception being handled, its message in error: the C++ API throws
+// std::invalid_argument for arguments and std::runtime_error for CUDA errors.
+int fail(char* error, int error_len) {
+  try {
+    throw;
+  } catch (const std::invalid_argument& e) {
+    set_error(error, error_len, e.what());
+    return SKIPSOFTMAX_ERROR_ARGUMENT;
+  } catch (const std::runtime_error& e) {
+    set_error(error, error_len, e.what());
+    return SKIPSOFTMAX_ERROR_CUDA;
+  } catch (const std::exception& e) {
+    set_error(error, error_len, e.what());
+  } catch (...) {
+    set_error(error, error_len, "an unknown exception");
+  }
+  return SKIPSOFTMAX_ERROR_INTERNAL;
+}
+
 int kernel_code(skipsoftmax::KernelChoice choice) {
   return choice == skipsoftmax::KernelChoice::kSkip ? SKIPSOFTMAX_SKIP : SKIPSOFTMAX_DENSE;
 }
@@ -130,6 +166,7 @@ int kernel_code(skipsoftmax::KernelChoice choice) {
 template <typename CArgs, typename Defaults>
 void init_common(CArgs* args, const Defaults& d) {
   std::memset(args, 0, sizeof *args);
+  args->struct_size = sizeof *args;
   args->dtype = dtype_code(d.dtype);
   args->head_dim = d.head_dim;
   args->window = d.window;
@@ -137,6 +174,8 @@ void init_common(CArgs* args, const Defaults& d) {
 }
 
 }  // namespace
+
+extern "C" const char* skipsoftmax_version(void) { return SKIPSOFTMAX_VERSION; }
 
 // The defaults that the C++ structs hold as plain values are read off them; their optional fields
 // (softmax scale, forced kernel) are absent there and 0 / SKIPSOFTMAX_AUTO here, the threshold
@@ -161,10 +200,14 @@ extern "C" int skipsoftmax_decode(const skipsoftmax_decode_args* args, void* str
                                   int error_len) {
   try {
     const skipsoftmax::DecodeArguments d = decode_arguments(args);
-    return kernel_code(skipsoftmax::run_decode(d, args->workspace, stream));
-  } catch (const std::exception& e) {
-    set_error(error, error_len, e.what());
-    return -1;
+    if (args->workspace_bytes < 0) {
+      throw std::invalid_argument("workspace_bytes must be >= 0, got " +
+                                  std::to_string(args->workspace_bytes));
+    }
+    return kernel_code(skipsoftmax::run_decode(
+        d, args->workspace, static_cast<std::size_t>(args->workspace_bytes), stream));
+  } catch (...) {
+    return fail(error, error_len);
   }
 }
 
@@ -173,14 +216,11 @@ extern "C" int64_t skipsoftmax_decode_workspace_size(const skipsoftmax_decode_ar
                                                      int error_len) {
   try {
     const skipsoftmax::DecodeArguments d = decode_arguments(args);
-    if (const std::string why = skipsoftmax::can_implement(d); !why.empty()) {
-      throw std::invalid_argument("decode: " + why);
-    }
+    const std::size_t bytes = skipsoftmax::decode_workspace_size(d);  // checks the arguments
     if (num_splits != nullptr) *num_splits = skipsoftmax::decode_num_splits(d);
-    return static_cast<int64_t>(skipsoftmax::decode_workspace_size(d));
-  } catch (const std::exception& e) {
-    set_error(error, error_len, e.what());
-    return -1;
+    return static_cast<int64_t>(bytes);
+  } catch (...) {
+    return fail(error, error_len);
   }
 }
 
@@ -189,9 +229,8 @@ extern "C" int skipsoftmax_prefill(const skipsoftmax_prefill_args* args, void* s
   try {
     const skipsoftmax::PrefillArguments p = prefill_arguments(args);
     return kernel_code(skipsoftmax::run_prefill(p, nullptr, stream));
-  } catch (const std::exception& e) {
-    set_error(error, error_len, e.what());
-    return -1;
+  } catch (...) {
+    return fail(error, error_len);
   }
 }
 
@@ -203,8 +242,7 @@ extern "C" int skipsoftmax_prefill_can_implement(const skipsoftmax_prefill_args*
       throw std::invalid_argument("prefill: " + why);
     }
     return kernel_code(skipsoftmax::prefill_kernel_choice(p));
-  } catch (const std::exception& e) {
-    set_error(error, error_len, e.what());
-    return -1;
+  } catch (...) {
+    return fail(error, error_len);
   }
 }

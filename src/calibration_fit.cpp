@@ -22,6 +22,17 @@ std::vector<std::int64_t> calibration_bins(std::int64_t bin_min, std::int64_t bi
                                 " is below --bin-min " + std::to_string(bin_min) +
                                 ": no bin to calibrate");
   }
+  const std::int64_t count = (max_seqlen - bin_min) / bin_step + 1;
+  if (count > kMaxKernelTableRows) {
+    // The smallest step that keeps the bins from bin_min to max_seqlen within the kernels' rows.
+    const std::int64_t step = (max_seqlen - bin_min + kMaxKernelTableRows - 2) /
+                              (kMaxKernelTableRows - 1);
+    throw std::invalid_argument(
+        "--bin-min " + std::to_string(bin_min) + " to --max-seqlen " + std::to_string(max_seqlen) +
+        " every " + std::to_string(bin_step) + " is " + std::to_string(count) +
+        " bins; the GPU kernels take tables of at most " + std::to_string(kMaxKernelTableRows) +
+        " rows: pass --bin-step " + std::to_string(step) + " or more");
+  }
   std::vector<std::int64_t> bins;
   for (std::int64_t b = bin_min; b <= max_seqlen; b += bin_step) bins.push_back(b);
   return bins;

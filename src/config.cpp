@@ -62,8 +62,20 @@ double checked_fraction(double fraction, std::string_view spelled) {
   return fraction;
 }
 
+// A table meant for the kernels: at most kMaxKernelTableRows rows (the kernels refuse longer ones
+// at every launch, so a config holding one is refused when it is read).
+ScaleTable kernel_table(ScaleTable table, const std::string& where) {
+  if (table.rows().size() > static_cast<std::size_t>(kMaxKernelTableRows)) {
+    throw std::invalid_argument(where + ": " + std::to_string(table.rows().size()) +
+                                " rows; the GPU kernels take at most " +
+                                std::to_string(kMaxKernelTableRows) +
+                                " (calibrate with a wider --bin-step)");
+  }
+  return table;
+}
+
 ScaleTable table_from(const ordered_json& value, const std::string& where) {
-  return scale_table_from_json(nlohmann::json(value), where);
+  return kernel_table(scale_table_from_json(nlohmann::json(value), where), where);
 }
 
 double sparsity_from(const ordered_json& value, const std::string& where) {
@@ -400,7 +412,7 @@ void update_checkpoint_skip_keys(const fs::path& checkpoint_dir, std::string_vie
 
 TableFlag load_table_flag(const std::string& arg) {
   if (arg == "none" || arg == "0") return {arg, ScaleTable()};
-  return {arg, read_scale_table_file(arg)};
+  return {arg, kernel_table(read_scale_table_file(arg), arg)};
 }
 
 ExportPlan plan_export(const CheckpointConfig& checkpoint, const PerPhase<PhaseFlags>& flags) {

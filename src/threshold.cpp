@@ -6,6 +6,32 @@
 #include <utility>
 
 namespace skipsoftmax {
+namespace {
+
+// The guard, S >= L, compared in float as the kernels compare it (kernels/common/
+// device_threshold.h), so that host and device agree on which lengths run dense even where S lies
+// within float rounding of L.
+bool guarded(double scale, std::int64_t kv_len) {
+  return static_cast<float>(scale) >= static_cast<float>(kv_len);
+}
+
+// The first L in [lo, end) that guarded() lets skip, or end: it is monotone in L (guarded below
+// some length, not from there on), and near 2^63 float steps are 2^40 integers wide, too many to
+// walk.
+std::int64_t first_unguarded(double scale, std::int64_t lo, std::int64_t end) {
+  std::int64_t hi = end;
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (guarded(scale, mid)) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+}  // namespace
 
 ScaleTable::ScaleTable(std::vector<ScaleTableRow> rows) : rows_(std::move(rows)) {
   for (std::size_t i = 0; i < rows_.size(); ++i) {
@@ -33,21 +59,23 @@ double ScaleTable::lambda_for(std::int64_t kv_len) const {
     if (r.seqlen_bin > kv_len) break;
     s = r.scale;
   }
-  const double l = static_cast<double>(kv_len);
-  if (s >= l) return 0.0;
-  return s / l;
+  if (guarded(s, kv_len)) return 0.0;
+  return s / static_cast<double>(kv_len);
 }
 
 std::int64_t ScaleTable::first_skippable_length() const {
   // Row i serves L in [bin_i, bin_{i+1}); inside it lambda > 0 iff L > S_i, so the first such
   // integer is max(bin_i, floor(S_i) + 1).
+  // (In float, as guarded() compares, a few integers above S may still round to it.)
   for (std::size_t i = 0; i < rows_.size(); ++i) {
     const double floor_s = std::floor(rows_[i].scale);
     if (floor_s >= static_cast<double>(kNeverSkippable - 1)) continue;
     const std::int64_t above_s = static_cast<std::int64_t>(floor_s) + 1;
-    const std::int64_t candidate = std::max(rows_[i].seqlen_bin, above_s);
     const bool last = i + 1 == rows_.size();
-    if (last || candidate < rows_[i + 1].seqlen_bin) return candidate;
+    const std::int64_t end = last ? kNeverSkippable : rows_[i + 1].seqlen_bin;
+    const std::int64_t candidate =
+        first_unguarded(rows_[i].scale, std::max(rows_[i].seqlen_bin, above_s), end);
+    if (candidate < end) return candidate;
   }
   return kNeverSkippable;
 }

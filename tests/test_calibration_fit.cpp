@@ -39,6 +39,12 @@ TEST(CalibrationFit, BinsAndTheirErrors) {
   EXPECT_ERROR_HAS(calibration_bins(4096, -5, 8192), "--bin-step must be > 0");
   EXPECT_ERROR_HAS(calibration_bins(0, 2048, 8192), "--bin-min must be > 0");
   EXPECT_ERROR_HAS(calibration_bins(4096, 2048, 4000), "--max-seqlen 4000 is below --bin-min 4096");
+  // The kernels take 64 rows: 4k to 128k every 2k fits (63), 4k to 256k needs a step of 4096.
+  EXPECT_EQ(calibration_bins(4096, 2048, 131072).size(), 63u);
+  EXPECT_ERROR_HAS(calibration_bins(4096, 2048, 262144),
+                   "is 127 bins; the GPU kernels take tables of at most 64 rows: pass --bin-step "
+                   "4096 or more");
+  EXPECT_EQ(calibration_bins(4096, 4096, 262144).size(), 64u);
 }
 
 TEST(CalibrationFit, KnownAnswerOnAnEvenCurve) {

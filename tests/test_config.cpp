@@ -417,6 +417,13 @@ TEST(EngineConfig, LoaderIsStrict) {
                    "e: checkpoint_dir must be a string");
   EXPECT_ERROR_HAS(parse_engine_config(R"({"checkpoint_dir": "/c", )", "e"),
                    "e: malformed JSON at byte");
+  // A table the kernels would refuse at every launch is refused here.
+  json rows = json::array();
+  for (int i = 0; i <= kMaxKernelTableRows; ++i) rows.push_back({4096 + 2048 * i, 1000});
+  EXPECT_ERROR_HAS(parse_engine_config(with("skip_softmax_decode_scale_table", rows), "e"),
+                   "e: skip_softmax_decode_scale_table: 65 rows; the GPU kernels take at most 64");
+  rows.erase(rows.end() - 1);
+  EXPECT_NO_THROW(parse_engine_config(with("skip_softmax_decode_scale_table", rows), "e"));
 }
 
 TEST(MergeSkipKeys, KeepsOtherKeysAndTheirOrder) {

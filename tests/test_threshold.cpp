@@ -52,6 +52,24 @@ TEST(ScaleTable, SBelowBinSkipsFromTheBin) {
   EXPECT_EQ(t.first_skippable_length(), 100);
 }
 
+TEST(ScaleTable, GuardComparesInFloatAsTheKernels) {
+  // 999.99999 rounds to 1000 in float: the kernels guard L = 1000, and so does the host, and the
+  // first skippable length is the next one.
+  const ScaleTable t({{100, 999.99999}});
+  EXPECT_EQ(t.lambda_for(1000), 0.0);
+  EXPECT_GT(t.lambda_for(1001), 0.0);
+  EXPECT_EQ(t.first_skippable_length(), 1001);
+  // Above 2^24 float steps cover several integers; 2^30 + 64 rounds to 2^30.
+  const ScaleTable big({{100, 1073741824.0}});
+  EXPECT_EQ(big.lambda_for((1 << 30) + 64), 0.0);
+  const std::int64_t first = big.first_skippable_length();
+  EXPECT_GT(big.lambda_for(first), 0.0);
+  EXPECT_EQ(big.lambda_for(first - 1), 0.0);
+  EXPECT_GT(first, (std::int64_t{1} << 30) + 64);
+  // A huge S is found without walking its float step integer by integer.
+  EXPECT_GT(ScaleTable({{100, 1e17}}).first_skippable_length(), std::int64_t{100000000000000000});
+}
+
 TEST(ScaleTable, FirstSkippableLengthIntegralS) {
   // lambda > 0 needs L > S: L = S is guarded, S + 1 is the first.
   const ScaleTable t({{100, 150.0}});

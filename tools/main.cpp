@@ -38,7 +38,7 @@ const std::string& command_line() { return invocation(); }
 int main(int argc, char** argv) {
   CLI::App app{"skipsoftmax: skip-softmax attention for long contexts (BLASST) on Hopper GPUs"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "skipsoftmax 0.2.0");
+  app.set_version_flag("--version", "skipsoftmax " SKIPSOFTMAX_VERSION);
   skipsoftmax::cli::add_registered_commands(app);
   for (int i = 0; i < argc; ++i) {
     skipsoftmax::cli::invocation() += (i ? " " : "") + std::string(argv[i]);

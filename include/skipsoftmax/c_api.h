@@ -2,10 +2,13 @@
  * Pointers are device pointers; the stream is a cudaStream_t (NULL: the default stream).
  *
  * Start from skipsoftmax_prefill_args_init / skipsoftmax_decode_args_init, which set the C++
- * defaults. A zeroed struct is not those defaults: its force_kernel 0 forces the dense kernel, its
- * kv_order 0 is forward (the tables are calibrated sink then reverse, 2) and its causal 0 is
- * non-causal.
- * Scale tables: at most 64 rows, bins strictly increasing and below 2^31, S finite and > 0. */
+ * defaults and the struct's size. A zeroed struct is not those defaults: its struct_size 0 is
+ * refused, its force_kernel 0 forces the dense kernel, its kv_order 0 is forward (the tables are
+ * calibrated sink then reverse, 2) and its causal 0 is non-causal.
+ * Scale tables: at most 64 rows, bins strictly increasing and below 2^31, S finite and > 0.
+ *
+ * Every call that fails returns a negative skipsoftmax_status and writes a message into error
+ * (truncated to error_len, always terminated). Nothing is kept between calls: any thread may call. */
 #ifndef SKIPSOFTMAX_C_API_H_
 #define SKIPSOFTMAX_C_API_H_
 
@@ -17,8 +20,19 @@ extern "C" {
 
 enum skipsoftmax_dtype { SKIPSOFTMAX_FP16 = 0, SKIPSOFTMAX_BF16 = 1 };
 enum skipsoftmax_kernel { SKIPSOFTMAX_AUTO = -1, SKIPSOFTMAX_DENSE = 0, SKIPSOFTMAX_SKIP = 1 };
+enum skipsoftmax_status {
+  SKIPSOFTMAX_ERROR_ARGUMENT = -1, /* the arguments: fix them and call again */
+  SKIPSOFTMAX_ERROR_CUDA = -2,     /* a CUDA error, one left pending by earlier work included;
+                                      a sticky one means the context is lost */
+  SKIPSOFTMAX_ERROR_INTERNAL = -3
+};
+
+/* This library's version, "MAJOR.MINOR.PATCH". Its argument structs change only with MINOR (before
+ * 1.0) and carry their size, so that a caller built against another c_api.h is refused by name. */
+const char* skipsoftmax_version(void);
 
 typedef struct skipsoftmax_prefill_args {
+  uint32_t struct_size;        /* sizeof(skipsoftmax_prefill_args), set by the init function */
   int dtype;                   /* enum skipsoftmax_dtype */
   int head_dim;                /* 64, 128, 256 */
   const void* q;               /* [total_q, num_heads_q, head_dim] */
@@ -32,7 +46,8 @@ typedef struct skipsoftmax_prefill_args {
   int64_t total_k;
   int max_seqlen_q;
   int max_seqlen_k; /* the longest KV length (history included), exactly: the dispatch runs the
-                       dense kernel when it lies below the table's first skippable length */
+                       dense kernel when it lies below the table's first skippable length, and
+                       a batch of one also wherever the lambda of its length is 0 */
   int num_heads_q;
   int num_heads_kv;
   int causal;
@@ -47,7 +62,8 @@ typedef struct skipsoftmax_prefill_args {
   unsigned long long* stats; /* [batch][2] visited, skipped, accumulated; NULL: none */
   int force_kernel;          /* enum skipsoftmax_kernel */
   int window;                /* sliding window in keys (causal, dense threshold); 0: none */
-  /* Paged KV (k_pages non-NULL): k and v are unused; the layout of skipsoftmax/paged_kv.h. */
+  /* Paged KV (k_pages non-NULL): k and v are unused; the layout of skipsoftmax/paged_kv.h.
+   * Without k_pages every paged field stays 0 / NULL. */
   const void* k_pages;       /* [num_pages, page_size, num_heads_kv, head_dim] */
   const void* v_pages;
   int64_t num_pages;
@@ -57,6 +73,7 @@ typedef struct skipsoftmax_prefill_args {
 } skipsoftmax_prefill_args;
 
 typedef struct skipsoftmax_decode_args {
+  uint32_t struct_size;      /* sizeof(skipsoftmax_decode_args), set by the init function */
   int dtype;                 /* enum skipsoftmax_dtype */
   int head_dim;              /* 64, 128, 256 */
   const void* q;             /* [batch, q_len, num_heads_q, head_dim] */
@@ -74,12 +91,13 @@ typedef struct skipsoftmax_decode_args {
   int num_heads_q;
   int num_heads_kv;
   double softmax_scale; /* finite; <= 0: 1 / sqrt(head_dim) */
-  int table_rows;       /* as in skipsoftmax_prefill_args */
+  int table_rows;       /* as in skipsoftmax_prefill_args (in [0, 64]) */
   const int64_t* table_bins;
   const double* table_scales;
   double flat_lambda;
   int num_splits;       /* 0: automatic */
-  void* workspace;      /* skipsoftmax_decode_workspace_size bytes, 16-byte aligned */
+  void* workspace;      /* 16-byte aligned; NULL where skipsoftmax_decode_workspace_size is 0 */
+  int64_t workspace_bytes; /* its size: at least skipsoftmax_decode_workspace_size's */
   unsigned long long* stats;
   int force_kernel;
   int window;           /* sliding window in keys (dense threshold); 0: none */
@@ -89,18 +107,19 @@ typedef struct skipsoftmax_decode_args {
 /* Fill *args with the C++ defaults (skipsoftmax/prefill.h, skipsoftmax/decode.h): bf16, head dim
  * 128, causal, kv_order 2, force_kernel SKIPSOFTMAX_AUTO, the default softmax scale, flat lambda 0
  * (dense), no window, one new token per sequence, automatic splits; every pointer NULL and every
- * size 0. */
+ * size 0 but struct_size. */
 void skipsoftmax_prefill_args_init(skipsoftmax_prefill_args* args);
 void skipsoftmax_decode_args_init(skipsoftmax_decode_args* args);
 
 /* Runs prefill attention. Returns the kernel launched (SKIPSOFTMAX_DENSE or SKIPSOFTMAX_SKIP), or
- * -1 with a message in error (truncated to error_len, always terminated). */
+ * a negative skipsoftmax_status with a message in error. */
 int skipsoftmax_prefill(const skipsoftmax_prefill_args* args, void* stream, char* error,
                         int error_len);
 
 /* The argument check of skipsoftmax_prefill without a launch or a GPU (every pointer the call
  * needs non-NULL; q, k, v or the pages, and out 16-byte aligned): returns the kernel it would
- * launch, or -1 with a message in error. The launch itself may still fail on a CUDA error. */
+ * launch, or SKIPSOFTMAX_ERROR_ARGUMENT with a message in error. The launch itself may still fail
+ * on a CUDA error. */
 int skipsoftmax_prefill_can_implement(const skipsoftmax_prefill_args* args, char* error,
                                       int error_len);
 
@@ -109,11 +128,13 @@ int skipsoftmax_decode(const skipsoftmax_decode_args* args, void* stream, char* 
                        int error_len);
 
 /* Bytes of workspace skipsoftmax_decode needs for these arguments, and the splits it will use
- * (through *num_splits when non-NULL); -1 with a message in error when the arguments are bad.
- * The whole argument check runs, device pointers included (non-NULL, 16-byte aligned). The size
- * depends on every argument (the threshold and force_kernel too: skip launches split finer), so
- * size it with the arguments of the launch; the combine kernel reads the workspace after
- * skipsoftmax_decode returns, until the stream reaches it. */
+ * (through *num_splits when non-NULL); SKIPSOFTMAX_ERROR_ARGUMENT with a message in error when the
+ * arguments are bad. The whole argument check runs, device pointers included (non-NULL, 16-byte
+ * aligned; workspace and workspace_bytes excepted). The size depends on every argument and is not
+ * monotonic in any (a larger batch may split less; skip launches split finer), so size it with
+ * the arguments of the launch, or fix num_splits, with which it grows with batch and q_len alone;
+ * skipsoftmax_decode refuses a smaller workspace_bytes. The combine kernel reads the workspace
+ * after skipsoftmax_decode returns, until the stream reaches it. */
 int64_t skipsoftmax_decode_workspace_size(const skipsoftmax_decode_args* args, int* num_splits,
                                           char* error, int error_len);
 

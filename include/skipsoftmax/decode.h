@@ -60,17 +60,23 @@ int decode_num_splits(const DecodeArguments& args);
 // Empty when the kernels can run these arguments; else the reason.
 std::string can_implement(const DecodeArguments& args);
 
-// Bytes of device workspace (split partial outputs and log-sum-exps) run_decode needs; the
-// workspace must be 16-byte aligned (as cudaMalloc returns it). The size follows the split count,
-// which depends on every argument (a skip launch splits finer than a dense one at the same
-// shape): size it with the arguments of the launch, or with the largest a caller will pass. The
-// combine kernel reads the workspace after run_decode returns: it must outlive the stream's work,
-// and two streams need two workspaces.
+// Bytes of device workspace (split partial outputs and log-sum-exps) run_decode needs for
+// arguments that can_implement accepts (else std::invalid_argument); the workspace must be
+// 16-byte aligned (as cudaMalloc returns it). The size follows the split count, which depends on
+// every argument and is not monotonic in any: a larger batch may split less, and a skip launch
+// splits finer than a dense one at the same shape (at 32 / 8 heads, d128: 1.6 MB at batch 48, 0 at
+// 64). Size it with the arguments of each launch; a caller that keeps one buffer (CUDA graphs)
+// fixes num_splits, with which the size grows with batch and q_len alone. The combine kernel
+// reads the workspace after run_decode returns: it must outlive the stream's work, and two
+// streams need two workspaces.
 std::size_t decode_workspace_size(const DecodeArguments& args);
 
-// Launches the decode (and combine) kernels on `stream`. Throws std::invalid_argument when
-// can_implement fails, std::runtime_error on a CUDA error. Returns the kernel family launched.
-KernelChoice run_decode(const DecodeArguments& args, void* workspace, void* stream);
+// Launches the decode (and combine) kernels on `stream`; `workspace` holds `workspace_bytes`
+// bytes, at least decode_workspace_size(args). Throws std::invalid_argument when can_implement
+// fails or the workspace is too small, std::runtime_error on a CUDA error (one left pending by
+// earlier work included). Returns the kernel family launched.
+KernelChoice run_decode(const DecodeArguments& args, void* workspace, std::size_t workspace_bytes,
+                        void* stream);
 
 }  // namespace skipsoftmax
 

@@ -49,7 +49,8 @@ struct PrefillArguments {
   int window = 0;
   // Chunked prefill over a paged KV cache: when paged_kv.k_pages is set, K and V of every
   // sequence (its history followed by this chunk, already appended by the caller) are read from
-  // the pages, and cu_seqlens_k still gives each sequence's KV length as prefix sums.
+  // the pages, and cu_seqlens_k still gives each sequence's KV length as prefix sums. Without
+  // k_pages every paged_kv field must stay empty (can_implement refuses a partial one).
   PagedKv paged_kv;
   std::optional<double> softmax_scale;  // default 1 / sqrt(head_dim)
   Threshold threshold;                  // dense, per-length table or flat lambda
@@ -76,10 +77,12 @@ KernelChoice prefill_kernel_choice(const PrefillArguments& args);
 std::size_t prefill_workspace_size(const PrefillArguments& args);
 
 // Launches the chosen kernel on `stream` (a cudaStream_t). Throws std::invalid_argument when
-// can_implement fails and std::runtime_error on a CUDA error. Returns the kernel it launched.
+// can_implement fails and std::runtime_error on a CUDA error (one left pending by earlier work
+// included). Returns the kernel it launched.
 KernelChoice run_prefill(const PrefillArguments& args, void* workspace, void* stream);
 
-// Whether this process sees a GPU the kernels run on (compute capability 9.0).
+// Whether the calling thread's current CUDA device is one the kernels run on (compute
+// capability 9.0).
 bool hopper_gpu_available();
 
 }  // namespace skipsoftmax

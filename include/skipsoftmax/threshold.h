@@ -1,9 +1,10 @@
 // Skip thresholds: per-length scale tables, the guard, and the dense/skip dispatch rule.
 //
 // A table is rows [seqlen_bin, S] with strictly increasing bins and finite S > 0 (the GPU kernels
-// take at most 64 rows, with bins below 2^31; can_implement says so). For a sequence
-// whose KV length is L, the last row with seqlen_bin <= L gives S and lambda = S / L. The guard
-// makes the sequence exact dense (lambda = 0) when L is below the first bin or S >= L.
+// take at most kMaxKernelTableRows rows, with bins below 2^31; can_implement says so). For a
+// sequence whose KV length is L, the last row with seqlen_bin <= L gives S and lambda = S / L. The
+// guard makes the sequence exact dense (lambda = 0) when L is below the first bin or S >= L
+// (compared in float, as the kernels compare it).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,10 @@
 #include <vector>
 
 namespace skipsoftmax {
+
+// Rows of a scale table the GPU kernels take (a table lives in the kernels' parameters): at 2k
+// bins from 4k, contexts up to 133k. Calibration and the engine config refuse longer tables.
+inline constexpr int kMaxKernelTableRows = 64;
 
 // KV length that no table ever reaches: "this policy never skips".
 inline constexpr std::int64_t kNeverSkippable = std::numeric_limits<std::int64_t>::max();

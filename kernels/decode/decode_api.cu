@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "../common/families.h"
+#include "../common/softmax_scale.h"
 #include "../common/tensor_map.h"
 #include "../common/threshold_host.h"
 #include "decode_launch.cuh"
@@ -19,6 +20,7 @@ namespace skipsoftmax {
 namespace {
 
 using decode::kMaxSplits;
+constexpr int kMaxGridYZ = 65535;  // a CUDA grid's y and z extents
 
 int multiprocessors() {
   static const int count = [] {
@@ -108,8 +110,11 @@ int decode_num_splits(const DecodeArguments& a) {
   const int slots = multiprocessors() * per_sm;
   const int ctas = std::max(1, a.batch * a.num_heads_kv);
   // With a window the new tokens see window + q_len - 1 keys, from a tile boundary.
-  const int keys = a.window > 0 ? std::min(a.max_seq_len, a.window + a.q_len - 1 + decode::kTileK)
-                                : a.max_seq_len;
+  const int keys =
+      a.window > 0
+          ? static_cast<int>(std::min<std::int64_t>(
+                a.max_seq_len, std::int64_t{a.window} + a.q_len - 1 + decode::kTileK))
+          : a.max_seq_len;
   const int n_tiles = (keys + decode::kTileK - 1) / decode::kTileK;
   const int most = std::max(1, n_tiles / 4);
   // The fewest splits of the same tiles each as s splits.
@@ -193,7 +198,12 @@ std::string can_implement(const DecodeArguments& a) {
         << kMaxPageSize << "]";
   } else if (a.batch <= 0 || a.max_seq_len <= 0) {
     why << "batch and max_seq_len must be positive";
-  } else if (kv.num_pages <= 0 || kv.num_pages * kv.page_size >= (std::int64_t{1} << 31)) {
+  } else if (a.batch > kMaxGridYZ || a.num_heads_kv > kMaxGridYZ ||
+             std::int64_t{a.batch} * a.q_len * a.num_heads_q >= (std::int64_t{1} << 31)) {
+    // The decode grid is (splits, Hkv, batch), the combine grid one CTA a query row.
+    why << "batch (" << a.batch << ") and num_heads_kv (" << a.num_heads_kv << ") must be at most "
+        << kMaxGridYZ << ", and batch x q_len x num_heads_q below 2^31";
+  } else if (kv.num_pages <= 0 || kv.num_pages >= (std::int64_t{1} << 31) / kv.page_size) {
     why << "num_pages * page_size must lie in [1, 2^31)";
   } else if (kv.max_pages_per_seq <= 0 ||
              static_cast<std::int64_t>(kv.max_pages_per_seq) * kv.page_size < a.max_seq_len) {
@@ -211,8 +221,8 @@ std::string can_implement(const DecodeArguments& a) {
                  16 !=
              0) {
     why << "q, out and the pages must be 16-byte aligned";
-  } else if (a.softmax_scale && !(std::isfinite(*a.softmax_scale) && *a.softmax_scale > 0)) {
-    why << "softmax scale must be finite and > 0";
+  } else if (const std::string s = common::softmax_scale_problem(a.softmax_scale); !s.empty()) {
+    why << s;
   } else if (a.window < 0) {
     why << "sliding window must be >= 0 (0: none), got " << a.window;
   } else if (a.window > 0 &&
@@ -226,28 +236,42 @@ std::string can_implement(const DecodeArguments& a) {
   return why.str();
 }
 
-std::size_t decode_workspace_size(const DecodeArguments& a) {
-  const int splits = decode_num_splits(a);
+namespace {
+
+// decode_workspace_size for arguments already checked.
+std::size_t workspace_bytes_for(const DecodeArguments& a, int splits) {
   if (splits <= 1) return 0;
   const std::size_t rows = static_cast<std::size_t>(a.batch) * a.q_len * a.num_heads_q * splits;
   return rows * (static_cast<std::size_t>(a.head_dim) + 1) * sizeof(float);
 }
 
-KernelChoice run_decode(const DecodeArguments& a, void* workspace, void* stream) {
+}  // namespace
+
+std::size_t decode_workspace_size(const DecodeArguments& a) {
+  if (const std::string why = can_implement(a); !why.empty()) {
+    throw std::invalid_argument("decode: " + why);
+  }
+  return workspace_bytes_for(a, decode_num_splits(a));
+}
+
+KernelChoice run_decode(const DecodeArguments& a, void* workspace, std::size_t workspace_bytes,
+                        void* stream) {
   if (const std::string why = can_implement(a); !why.empty()) {
     throw std::invalid_argument("decode: " + why);
   }
   if (decode_tile_k(a.head_dim) != decode::kTileK) {
     throw std::logic_error("decode: decode_tile_k disagrees with the kernels' tile");
   }
-  const int splits = decode_num_splits(a);
-  if (splits > 1 && workspace == nullptr) {
-    throw std::invalid_argument("decode: " + std::to_string(decode_workspace_size(a)) +
-                                " bytes of workspace are needed for " + std::to_string(splits) +
-                                " splits");
-  }
   if (reinterpret_cast<std::uintptr_t>(workspace) % 16 != 0) {
     throw std::invalid_argument("decode: the workspace must be 16-byte aligned");
+  }
+  const int splits = decode_num_splits(a);
+  const std::size_t needed = workspace_bytes_for(a, splits);
+  if (needed > 0 && (workspace == nullptr || workspace_bytes < needed)) {
+    throw std::invalid_argument(
+        "decode: " + std::to_string(splits) + " splits need " + std::to_string(needed) +
+        " bytes of workspace (decode_workspace_size), got " +
+        (workspace == nullptr ? std::string("none") : std::to_string(workspace_bytes)));
   }
   const KernelChoice choice = kernel_for(a);
   decode::Params p{};
@@ -272,9 +296,7 @@ KernelChoice run_decode(const DecodeArguments& a, void* workspace, void* stream)
   p.q_len = a.q_len;
   p.num_splits = splits;
   p.window = a.window;
-  constexpr double kLog2e = 1.4426950408889634;
-  const double scale = a.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
-  p.scale_log2 = static_cast<float>(scale * kLog2e);
+  p.scale_log2 = common::scale_log2(a.softmax_scale, a.head_dim);
   p.threshold = common::to_device(a.threshold);
   if (splits > 1) {
     p.partial_o = static_cast<float*>(workspace);

@@ -88,7 +88,8 @@ HostDecodeResult run_decode_host(DecodeArguments args, const std::vector<std::ui
   args.kv.page_table = dtable.as<std::int32_t>();
   args.seq_lens = dlens.as<std::int32_t>();
   args.stats = dstats.as<unsigned long long>();
-  Device workspace(decode_workspace_size(args));
+  const std::size_t workspace_bytes = decode_workspace_size(args);
+  Device workspace(workspace_bytes);
 
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "event");
@@ -96,7 +97,7 @@ HostDecodeResult run_decode_host(DecodeArguments args, const std::vector<std::ui
   HostDecodeResult r;
   r.num_splits = decode_num_splits(args);
   check(cudaEventRecord(start), "event");
-  r.kernel = run_decode(args, workspace.as<void>(), nullptr);
+  r.kernel = run_decode(args, workspace.as<void>(), workspace_bytes, nullptr);
   check(cudaEventRecord(stop), "event");
   check(cudaEventSynchronize(stop), "decode");
   float ms = 0;

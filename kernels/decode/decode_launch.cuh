@@ -22,6 +22,8 @@ void launch(const Params& params, int batch, cudaStream_t stream) {
   constexpr int kSmem = static_cast<int>(sizeof(SharedStorage<kHeadDim>));
   check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                "cudaFuncSetAttribute");
+  // An error left pending by earlier work would otherwise be read back as this launch's own.
+  check_launch(cudaPeekAtLastError(), "an error pending before the launch");
   const dim3 grid(params.num_splits, params.num_heads_kv, batch);
   kernel<<<grid, Config<kHeadDim>::kThreads, kSmem, stream>>>(params);
   check_launch(cudaGetLastError(), "launch");

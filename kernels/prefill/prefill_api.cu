@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "../common/families.h"
+#include "../common/softmax_scale.h"
 #include "../common/tensor_map.h"
 #include "../common/threshold_host.h"
 #include "prefill_launch.cuh"
@@ -19,6 +20,7 @@ namespace {
 
 using common::make_tensor_map;
 using prefill::Params;
+constexpr int kMaxGridYZ = 65535;  // a CUDA grid's y and z extents
 
 template <bool kSkip>
 void launch(const Params& params, const PrefillArguments& a, cudaStream_t stream) {
@@ -42,14 +44,26 @@ std::string check_paged(const PrefillArguments& a) {
              (kv.page_size & (kv.page_size - 1)) != 0) {
     why << "page size " << kv.page_size << " is not a power of two in [" << kMinPageSize << ", "
         << kMaxPageSize << "]";
-  } else if (kv.num_pages <= 0 || kv.num_pages * kv.page_size >= (std::int64_t{1} << 31)) {
+  } else if (kv.num_pages <= 0 || kv.num_pages >= (std::int64_t{1} << 31) / kv.page_size) {
     why << "num_pages * page_size must lie in [1, 2^31)";
   } else if (kv.max_pages_per_seq <= 0 ||
              static_cast<std::int64_t>(kv.max_pages_per_seq) * kv.page_size < a.max_seqlen_k) {
     why << "max_pages_per_seq (" << kv.max_pages_per_seq << ") pages of " << kv.page_size
         << " tokens cannot hold max_seqlen_k = " << a.max_seqlen_k;
+  } else if (static_cast<std::int64_t>(a.batch) * kv.max_pages_per_seq >= (std::int64_t{1} << 31)) {
+    // The kernel indexes the page table with 32-bit integers.
+    why << "batch x max_pages_per_seq (" << a.batch << " x " << kv.max_pages_per_seq
+        << ") page-table entries must be fewer than 2^31";
   }
   return why.str();
+}
+
+// Paged KV is selected by k_pages alone: the other fields of a PagedKv set without it would be
+// ignored, and K and V read as contiguous tensors.
+bool partly_paged(const PrefillArguments& a) {
+  const PagedKv& kv = a.paged_kv;
+  return !paged(a) && (kv.v_pages != nullptr || kv.page_table != nullptr || kv.num_pages != 0 ||
+                       kv.page_size != 0 || kv.max_pages_per_seq != 0);
 }
 
 }  // namespace
@@ -63,6 +77,9 @@ std::string can_implement(const PrefillArguments& a) {
            "-DSKIPSOFTMAX_ALL_KERNELS=ON)";
   } else if (a.num_heads_q <= 0 || a.num_heads_kv <= 0 || a.num_heads_q % a.num_heads_kv != 0) {
     why << "Hq % Hkv != 0 (Hq=" << a.num_heads_q << ", Hkv=" << a.num_heads_kv << ")";
+  } else if (partly_paged(a)) {
+    why << "paged_kv is set but its k_pages is NULL (paged KV needs k_pages, v_pages and "
+           "page_table; contiguous KV leaves every paged_kv field empty)";
   } else if (!a.q || !a.out || !a.cu_seqlens_q || !a.cu_seqlens_k ||
              (!paged(a) && (!a.k || !a.v))) {
     why << "q, out, both cu_seqlens and k and v (or the KV pages) must be device pointers";
@@ -80,13 +97,20 @@ std::string can_implement(const PrefillArguments& a) {
   } else if (a.total_q <= 0 || a.total_k <= 0 || a.total_q >= (std::int64_t{1} << 31) ||
              a.total_k >= (std::int64_t{1} << 31)) {
     why << "total_q and total_k must lie in [1, 2^31)";
+  } else if (a.max_seqlen_q > a.total_q || (!paged(a) && a.max_seqlen_k > a.total_k)) {
+    why << "max_seqlen_q (" << a.max_seqlen_q << ") and max_seqlen_k (" << a.max_seqlen_k
+        << ") cannot exceed total_q (" << a.total_q << ") and total_k (" << a.total_k << ")";
+  } else if (a.batch > kMaxGridYZ || a.num_heads_q > kMaxGridYZ) {
+    // The grid is (query tiles, Hq, batch).
+    why << "batch (" << a.batch << ") and num_heads_q (" << a.num_heads_q << ") must be at most "
+        << kMaxGridYZ;
   } else if ((reinterpret_cast<std::uintptr_t>(a.q) | reinterpret_cast<std::uintptr_t>(kv_k(a)) |
               reinterpret_cast<std::uintptr_t>(kv_v(a)) | reinterpret_cast<std::uintptr_t>(a.out)) %
                  16 !=
              0) {
     why << "q, k, v (or the pages) and out must be 16-byte aligned";
-  } else if (a.softmax_scale && !(std::isfinite(*a.softmax_scale) && *a.softmax_scale > 0)) {
-    why << "softmax scale must be finite and > 0";
+  } else if (const std::string s = common::softmax_scale_problem(a.softmax_scale); !s.empty()) {
+    why << s;
   } else if (const std::string t = common::device_threshold_problem(a.threshold); !t.empty()) {
     why << t;
   }
@@ -129,10 +153,8 @@ KernelChoice run_prefill(const PrefillArguments& a, void*, void* stream) {
   p.batch = a.batch;
   p.num_heads_q = a.num_heads_q;
   p.num_heads_kv = a.num_heads_kv;
-  p.num_m_blocks = (a.max_seqlen_q + block_m - 1) / block_m;
-  constexpr double kLog2e = 1.4426950408889634;
-  const double scale = a.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
-  p.scale_log2 = static_cast<float>(scale * kLog2e);
+  p.num_m_blocks = static_cast<int>((std::int64_t{a.max_seqlen_q} + block_m - 1) / block_m);
+  p.scale_log2 = common::scale_log2(a.softmax_scale, a.head_dim);
   p.kv_order = static_cast<int>(a.kv_order);
   p.threshold = common::to_device(a.threshold);
   p.stats = a.stats;
@@ -146,16 +168,14 @@ KernelChoice run_prefill(const PrefillArguments& a, void*, void* stream) {
 }
 
 bool hopper_gpu_available() {
-  static const bool available = [] {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-      cudaGetLastError();  // clear the sticky "no device" error
-      return false;
-    }
-    cudaDeviceProp prop{};
-    return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9;
-  }();
-  return available;
+  int count = 0, device = 0, major = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0 ||
+      cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    cudaGetLastError();  // clear the "no device" error
+    return false;
+  }
+  return major == 9;
 }
 
 }  // namespace skipsoftmax

@@ -21,6 +21,12 @@ void launch(const Params& params, cudaStream_t stream) {
     throw std::runtime_error(std::string("prefill: cudaFuncSetAttribute: ") +
                              cudaGetErrorString(err));
   }
+  // An error left pending by earlier work would otherwise be read back as this launch's own.
+  err = cudaPeekAtLastError();
+  if (err != cudaSuccess) {
+    throw std::runtime_error(std::string("prefill: an error pending before the launch: ") +
+                             cudaGetErrorString(err));
+  }
   const dim3 grid(params.num_m_blocks, params.num_heads_q, params.batch);
   kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(params);
   err = cudaGetLastError();

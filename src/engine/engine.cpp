@@ -340,7 +340,7 @@ void Engine::Impl::attention(int l, const StepMeta& m, StepKind kind) {
     a.threshold = threshold;
     a.stats = tile_stats;
     ensure_bytes(decode_workspace, decode_workspace_size(a), &memory);
-    run_decode(a, decode_workspace.as(), stream);
+    run_decode(a, decode_workspace.as(), decode_workspace.bytes(), stream);
   } else {
     PrefillArguments a;
     a.dtype = options.dtype;

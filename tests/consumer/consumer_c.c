@@ -16,7 +16,8 @@ int main(void) {
   /* Garbage first, so that a field the init functions leave alone shows. */
   memset(&prefill, 0x5a, sizeof prefill);
   skipsoftmax_prefill_args_init(&prefill);
-  if (prefill.dtype != SKIPSOFTMAX_BF16 || prefill.head_dim != 128 || prefill.causal != 1 ||
+  if (prefill.struct_size != sizeof prefill || prefill.dtype != SKIPSOFTMAX_BF16 ||
+      prefill.head_dim != 128 || prefill.causal != 1 ||
       prefill.kv_order != 2 || prefill.force_kernel != SKIPSOFTMAX_AUTO || prefill.q != NULL ||
       prefill.table_rows != 0 || prefill.flat_lambda != 0.0 || prefill.softmax_scale != 0.0 ||
       prefill.stats != NULL || prefill.k_pages != NULL || prefill.window != 0) {
@@ -84,7 +85,8 @@ int main(void) {
   }
   memset(&args, 0x5a, sizeof args);
   skipsoftmax_decode_args_init(&args);
-  if (args.dtype != SKIPSOFTMAX_BF16 || args.head_dim != 128 || args.q_len != 1 ||
+  if (args.struct_size != sizeof args || args.workspace_bytes != 0 ||
+      args.dtype != SKIPSOFTMAX_BF16 || args.head_dim != 128 || args.q_len != 1 ||
       args.num_splits != 0 || args.force_kernel != SKIPSOFTMAX_AUTO || args.workspace != NULL ||
       args.table_rows != 0 || args.flat_lambda != 0.0 || args.softmax_scale != 0.0 ||
       args.stats != NULL || args.window != 0) {
@@ -144,11 +146,61 @@ int main(void) {
     ++failures;
   }
   args.q_len = 0;
-  args.batch = 1 << 23; /* 2^23 x 512 page-table entries */
-  args.max_pages_per_seq = 512;
+  args.batch = 65535; /* 65535 x 32769 page-table entries: 2^31 and more */
+  args.max_pages_per_seq = 32769;
   if (skipsoftmax_decode_workspace_size(&args, NULL, error, sizeof error) != -1 ||
       strstr(error, "page-table entries") == NULL) {
-    fprintf(stderr, "FAILED: a page table of 2^32 entries is refused (got \"%s\")\n", error);
+    fprintf(stderr, "FAILED: a page table of 2^31 entries is refused (got \"%s\")\n", error);
+    ++failures;
+  }
+  args.batch = 1;
+  args.max_pages_per_seq = 512;
+  {
+    /* The launch checks the workspace it is given against the split count's need (no GPU
+     * needed: the check comes before any device work). */
+    const int64_t need = skipsoftmax_decode_workspace_size(&args, NULL, error, sizeof error);
+    args.workspace = (void*)0x70000;
+    args.workspace_bytes = need - 16;
+    if (need <= 0 ||
+        skipsoftmax_decode(&args, NULL, error, sizeof error) != SKIPSOFTMAX_ERROR_ARGUMENT ||
+        strstr(error, "bytes of workspace") == NULL) {
+      fprintf(stderr, "FAILED: a workspace too small is refused (got \"%s\")\n", error);
+      ++failures;
+    }
+    args.workspace = NULL;
+    args.workspace_bytes = 0;
+  }
+  {
+    const int64_t bins[65] = {0};
+    const double scales[65] = {0};
+    args.table_rows = 65;
+    args.table_bins = bins;
+    args.table_scales = scales;
+    if (skipsoftmax_decode_workspace_size(&args, NULL, error, sizeof error) != -1 ||
+        strstr(error, "table_rows must lie in [0, 64]") == NULL) {
+      fprintf(stderr, "FAILED: 65 table rows are refused before they are read (got \"%s\")\n",
+              error);
+      ++failures;
+    }
+    args.table_rows = -1;
+    if (skipsoftmax_decode_workspace_size(&args, NULL, error, sizeof error) != -1 ||
+        strstr(error, "table_rows") == NULL) {
+      fprintf(stderr, "FAILED: a negative table_rows is refused (got \"%s\")\n", error);
+      ++failures;
+    }
+    args.table_rows = 0;
+  }
+  /* A struct of another size (a caller built against another c_api.h) is refused by name. */
+  args.struct_size = (uint32_t)sizeof args - 8;
+  if (skipsoftmax_decode(&args, NULL, error, sizeof error) != SKIPSOFTMAX_ERROR_ARGUMENT ||
+      strstr(error, "struct_size") == NULL) {
+    fprintf(stderr, "FAILED: a struct of another size is refused (got \"%s\")\n", error);
+    ++failures;
+  }
+  args.struct_size = sizeof args;
+  if (strcmp(skipsoftmax_version(), SKIPSOFTMAX_EXPECTED_VERSION) != 0) {
+    fprintf(stderr, "FAILED: skipsoftmax_version() is %s, the package %s\n", skipsoftmax_version(),
+            SKIPSOFTMAX_EXPECTED_VERSION);
     ++failures;
   }
   printf("consumer_c: %s (%d splits at 1 x 32k)\n", failures ? "FAILED" : "ok", splits);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -482,18 +483,50 @@ TEST(GpuDecode, CanImplementNamesTheProblem) {
   a.window = 512;
   a.threshold = Threshold::flat(1e-3);
   EXPECT_NE(can_implement(a).find("sliding-window decode"), std::string::npos) << can_implement(a);
-  EXPECT_THROW(run_decode(a, nullptr, nullptr), std::invalid_argument);
+  EXPECT_THROW(run_decode(a, nullptr, 0, nullptr), std::invalid_argument);
   // The combine kernel reads the split outputs as float4.
   a.window = 0;
   a.threshold = Threshold::dense();
   a.num_splits = 2;
   alignas(16) static unsigned char workspace[64];
   try {
-    run_decode(a, workspace + 4, nullptr);
+    run_decode(a, workspace + 4, sizeof workspace - 4, nullptr);
     ADD_FAILURE() << "a misaligned workspace was accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("16-byte aligned"), std::string::npos) << e.what();
   }
+  // The launch checks the workspace's size against its split count's need before any device
+  // work (so this runs without a GPU): 2 splits of 64 query rows of 129 floats.
+  ASSERT_EQ(decode_workspace_size(a), 2u * 64 * 129 * 4);
+  try {
+    run_decode(a, workspace, sizeof workspace, nullptr);
+    ADD_FAILURE() << "a workspace too small was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("2 splits need 66048 bytes of workspace"),
+              std::string::npos)
+        << e.what();
+  }
+  DecodeArguments bad = a;
+  bad.head_dim = 80;
+  EXPECT_THROW(decode_workspace_size(bad), std::invalid_argument);
+  bad = a;
+  bad.batch = 70000;
+  bad.kv.max_pages_per_seq = 1;
+  EXPECT_NE(can_implement(bad).find("must be at most 65535"), std::string::npos)
+      << can_implement(bad);
+  bad = a;
+  bad.softmax_scale = 1e39;
+  EXPECT_NE(can_implement(bad).find("in float"), std::string::npos) << can_implement(bad);
+  bad = a;
+  bad.kv.num_pages = std::int64_t{1} << 60;
+  EXPECT_NE(can_implement(bad).find("num_pages * page_size"), std::string::npos);
+  // A window of INT_MAX keys ("none") splits as no window: its key count does not wrap.
+  a.num_splits = 0;
+  a.max_seq_len = 32768;
+  a.kv = {dummy, dummy, 512, 64, dummy, 512};
+  DecodeArguments wide = a;
+  wide.window = std::numeric_limits<int>::max();
+  EXPECT_EQ(decode_num_splits(wide), decode_num_splits(a));
 }
 
 }  // namespace

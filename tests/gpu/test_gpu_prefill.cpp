@@ -259,6 +259,38 @@ TEST(GpuPrefill, CanImplementNamesTheProblem) {
   a.num_heads_kv = 4;
   EXPECT_NE(can_implement(a).find("Hq % Hkv"), std::string::npos);
   EXPECT_THROW(run_prefill(a, nullptr, nullptr), std::invalid_argument);
+  // A valid launch (pointers checked, not read), then one problem at a time.
+  alignas(16) static int dummy[4];
+  a.num_heads_q = 32;
+  a.num_heads_kv = 8;
+  a.q = a.k = a.v = a.out = dummy;
+  a.cu_seqlens_q = a.cu_seqlens_k = dummy;
+  a.batch = 1;
+  a.total_q = a.total_k = a.max_seqlen_q = a.max_seqlen_k = 4096;
+  ASSERT_EQ(can_implement(a), "");
+  const auto problem = [&](auto change) {
+    PrefillArguments b = a;
+    change(b);
+    return can_implement(b);
+  };
+  EXPECT_NE(problem([](PrefillArguments& b) { b.paged_kv.page_table = dummy; })
+                .find("paged_kv is set but its k_pages is NULL"),
+            std::string::npos);
+  EXPECT_NE(problem([](PrefillArguments& b) { b.max_seqlen_q = 5000; }).find("cannot exceed"),
+            std::string::npos);
+  EXPECT_NE(problem([](PrefillArguments& b) { b.max_seqlen_k = 5000; }).find("cannot exceed"),
+            std::string::npos);
+  EXPECT_NE(problem([](PrefillArguments& b) { b.batch = 70000; b.total_q = b.total_k = 1 << 20; })
+                .find("must be at most 65535"),
+            std::string::npos);
+  EXPECT_NE(problem([](PrefillArguments& b) { b.softmax_scale = 1e39; }).find("in float"),
+            std::string::npos);
+  EXPECT_NE(problem([](PrefillArguments& b) {
+              b.paged_kv = {dummy, dummy, 1 << 20, 64, dummy, 1 << 15};
+              b.batch = 1 << 16;
+              b.total_q = b.total_k = 1 << 20;
+            }).find("page-table entries"),
+            std::string::npos);
 }
 
 // run_prefill_host checks the arguments and its host tensors before it looks for a GPU, so that
