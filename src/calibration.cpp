@@ -175,7 +175,7 @@ TileStats prefill_tile_stats(const PrefillProblem& problem, const StatsOptions& 
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return st.items[a].tile_count > st.items[b].tile_count;
   });
-  const int threads = resolve_threads(opt.num_threads);
+  const int threads = resolve_threads(opt.num_threads, static_cast<std::int64_t>(order.size()));
   std::vector<Scratch> scratch(threads, Scratch(tq, tk, dim));
   std::vector<std::int64_t> finite_rows(st.items.size(), 0);
 
@@ -235,7 +235,7 @@ TileStats decode_tile_stats(const DecodeProblem& problem, const StatsOptions& op
   // One work unit per (sequence, KV head): its splits' items are consecutive, so their tiles form
   // one contiguous range whose rows share a mass denominator.
   const std::int64_t units = static_cast<std::int64_t>(batch) * hkv;
-  const int threads = resolve_threads(opt.num_threads);
+  const int threads = resolve_threads(opt.num_threads, units);
   std::vector<Scratch> scratch(threads, Scratch(group, tk, dim));
   std::vector<std::int64_t> finite_rows(static_cast<std::size_t>(units), 0);
 

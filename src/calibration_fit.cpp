@@ -25,8 +25,8 @@ std::vector<std::int64_t> calibration_bins(std::int64_t bin_min, std::int64_t bi
   const std::int64_t count = (max_seqlen - bin_min) / bin_step + 1;
   if (count > kMaxKernelTableRows) {
     // The smallest step that keeps the bins from bin_min to max_seqlen within the kernels' rows.
-    const std::int64_t step = (max_seqlen - bin_min + kMaxKernelTableRows - 2) /
-                              (kMaxKernelTableRows - 1);
+    const std::int64_t span = max_seqlen - bin_min, gaps = kMaxKernelTableRows - 1;
+    const std::int64_t step = span / gaps + (span % gaps != 0 ? 1 : 0);
     throw std::invalid_argument(
         "--bin-min " + std::to_string(bin_min) + " to --max-seqlen " + std::to_string(max_seqlen) +
         " every " + std::to_string(bin_step) + " is " + std::to_string(count) +
@@ -34,7 +34,7 @@ std::vector<std::int64_t> calibration_bins(std::int64_t bin_min, std::int64_t bi
         " rows: pass --bin-step " + std::to_string(step) + " or more");
   }
   std::vector<std::int64_t> bins;
-  for (std::int64_t b = bin_min; b <= max_seqlen; b += bin_step) bins.push_back(b);
+  for (std::int64_t i = 0; i < count; ++i) bins.push_back(bin_min + i * bin_step);  // <= max
   return bins;
 }
 

@@ -210,6 +210,10 @@ ResolvedPhase resolve_phase(Phase phase, const PhaseFlags& flags, const Checkpoi
 fs::path config_path(const fs::path& dir, const char* what) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
+    if (fs::exists(dir, ec)) {
+      throw std::runtime_error(dir.string() + ": is a file; give the " + std::string(what) +
+                               " directory that holds it");
+    }
     throw std::runtime_error(dir.string() + ": no such " + std::string(what) + " directory");
   }
   return dir / kConfigFileName;
@@ -483,7 +487,13 @@ EngineConfig parse_engine_config(std::string_view json_text, const std::string& 
   reject_unknown_engine_keys(j, context);
   EngineConfig config;
   const std::string dir_key(kCheckpointDirKey);
-  if (!j.contains(dir_key) || !j.at(dir_key).is_string()) {
+  if (!j.contains(dir_key)) {
+    throw error_in(context, dir_key +
+                                " must be a string (the checkpoint the engine came from); "
+                                "without it this is no engine config: skipsoftmax export "
+                                "CHECKPOINT_DIR ENGINE_DIR makes one from a checkpoint");
+  }
+  if (!j.at(dir_key).is_string()) {
     throw error_in(context, dir_key + " must be a string (the checkpoint the engine came from)");
   }
   config.checkpoint_dir = j.at(dir_key).get<std::string>();

@@ -57,6 +57,21 @@ void write_file_atomic(const fs::path& path, const std::function<void(std::ostre
   }
 }
 
+std::string json_error_reason(const char* what) {
+  std::string_view s(what);
+  if (s.starts_with("[json.exception.")) {
+    const std::size_t end = s.find("] ");
+    if (end != std::string_view::npos) s.remove_prefix(end + 2);
+  }
+  for (std::string_view prefix : {"parse error at line ", "parse error: "}) {
+    if (s.starts_with(prefix)) {
+      const std::size_t colon = s.find(": ");
+      if (colon != std::string_view::npos) s.remove_prefix(colon + 2);
+    }
+  }
+  return std::string(s);
+}
+
 void write_json_file(const fs::path& path, const nlohmann::json& value) {
   write_file_atomic(path, [&](std::ostream& out) { out << value.dump(2) << '\n'; });
 }
@@ -66,6 +81,7 @@ void write_json_file(const fs::path& path, const nlohmann::ordered_json& value) 
 }
 
 void check_output_file(const fs::path& path) {
+  if (path.empty()) throw std::invalid_argument("an empty path is not an output file");
   std::error_code ec;
   if (fs::is_directory(path, ec)) throw std::invalid_argument(path.string() + ": is a directory");
   if (fs::exists(path, ec) && !fs::is_regular_file(path, ec)) {
@@ -76,6 +92,38 @@ void check_output_file(const fs::path& path) {
   if (!fs::is_directory(dir, ec)) {
     throw std::invalid_argument(path.string() + ": directory " + dir.string() + " does not exist");
   }
+}
+
+bool same_file(const fs::path& a, const fs::path& b) {
+  std::error_code ea, eb;
+  const fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
+  if (ea || eb) return a.lexically_normal() == b.lexically_normal();
+  return ca == cb;
+}
+
+void ensure_output_directory(const fs::path& dir, const std::string& flag) {
+  if (dir.empty()) throw std::invalid_argument(flag + ": an empty path is not a directory");
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+    throw std::invalid_argument(flag + " " + dir.string() + ": exists and is not a directory");
+  }
+  fs::create_directories(dir, ec);
+  if (ec) {
+    throw std::invalid_argument(flag + " " + dir.string() + ": cannot create it: " + ec.message());
+  }
+}
+
+std::string describe(const fs::filesystem_error& e) {
+  std::string_view what(e.what());
+  if (what.starts_with("filesystem error: ")) what.remove_prefix(18);
+  // The paths the library appends in brackets are named in front instead.
+  if (!e.path1().empty() || what.ends_with(" []")) {
+    const std::size_t bracket = what.find(" [");
+    if (bracket != std::string_view::npos) what = what.substr(0, bracket);
+  }
+  std::string paths = e.path1().empty() ? std::string("''") : e.path1().string();
+  if (!e.path2().empty()) paths += " and " + e.path2().string();
+  return paths + ": " + std::string(what);
 }
 
 }  // namespace skipsoftmax

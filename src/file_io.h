@@ -2,6 +2,7 @@
 // (temporary file in the same directory, then rename) so that no output is left half-written.
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <iosfwd>
@@ -15,15 +16,25 @@ namespace skipsoftmax {
 // Throws std::runtime_error("<path>: ...") when the file is missing or unreadable.
 std::string read_text_file(const std::filesystem::path& path);
 
+// nlohmann's message without its "[json.exception.*]" tag and "parse error at line L, column C: ".
+std::string json_error_reason(const char* what);
+
 // Parses JSON text (nlohmann::json, or nlohmann::ordered_json where key order matters); malformed
-// or truncated text throws std::invalid_argument("<context>: malformed JSON at byte N (M bytes)").
+// or truncated text throws std::invalid_argument("<context>: malformed JSON at byte N (M bytes):
+// <the parser's reason>"), a number beyond double's range std::invalid_argument("<context>: ...").
 template <typename Json = nlohmann::json>
 Json parse_json_text(std::string_view text, const std::string& context) {
   try {
     return Json::parse(text);
   } catch (const typename Json::parse_error& e) {
-    throw std::invalid_argument(context + ": malformed JSON at byte " + std::to_string(e.byte) +
-                                " (" + std::to_string(text.size()) + " bytes)");
+    // At the end of the text the parser reports the byte after it.
+    const std::size_t byte = std::min<std::size_t>(e.byte, text.size());
+    throw std::invalid_argument(context + ": malformed JSON at byte " + std::to_string(byte) +
+                                " (" + std::to_string(text.size()) +
+                                " bytes): " + json_error_reason(e.what()));
+  } catch (const typename Json::out_of_range& e) {
+    throw std::invalid_argument(context + ": " + json_error_reason(e.what()) +
+                                " (beyond a double's range)");
   }
 }
 
@@ -42,8 +53,20 @@ void write_json_file(const std::filesystem::path& path, const nlohmann::json& va
 void write_json_file(const std::filesystem::path& path, const nlohmann::ordered_json& value);
 
 // Checks, before any work, that an output file can go to `path`: throws std::invalid_argument
-// ("<path>: is a directory", "<path>: exists and is not a regular file", "<path>: directory D
-// does not exist") otherwise.
+// ("an empty path", "<path>: is a directory", "<path>: exists and is not a regular file",
+// "<path>: directory D does not exist") otherwise.
 void check_output_file(const std::filesystem::path& path);
+
+// Whether two paths name the same file, under any spelling (./o/x.npy, o/../o/x.npy, links).
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b);
+
+// Creates the output directory `dir` (and its parents) before any work, or throws
+// std::invalid_argument naming `flag`, the path and the reason (empty, not a directory, not
+// permitted, ...).
+void ensure_output_directory(const std::filesystem::path& dir, const std::string& flag);
+
+// "<path>[ and <path2>]: <operation>: <reason>" for a std::filesystem error, whose own text reads
+// "filesystem error: <operation>: <reason> [<path>] [<path2>]".
+std::string describe(const std::filesystem::filesystem_error& e);
 
 }  // namespace skipsoftmax

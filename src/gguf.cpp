@@ -354,7 +354,9 @@ void dequantize(GgmlType type, const std::uint8_t* src, float* dst, std::int64_t
 File File::open(const std::filesystem::path& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
-    throw std::runtime_error(path.string() + ": no such file");
+    throw std::runtime_error(path.string() + (std::filesystem::is_directory(path, ec)
+                                                  ? ": is a directory, not a GGUF file"
+                                                  : ": no such file"));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path.string() + ": cannot open for reading");

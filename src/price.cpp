@@ -821,7 +821,12 @@ std::vector<PriceArmPlan> plan_price_arms(const PerPhase<std::optional<PhaseCali
   if (!wanted.empty()) {
     std::vector<double> picked;
     for (const std::string& w : wanted) {
-      const double x = parse_target_sparsity(w);
+      double x = 0.0;
+      try {
+        x = parse_target_sparsity(w);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("--tiers: ") + e.what());
+      }
       if (std::none_of(tiers.begin(), tiers.end(),
                        [&](double t) { return std::abs(t - x) <= kTierTolerance; })) {
         std::string have;

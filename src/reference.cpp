@@ -150,8 +150,6 @@ void add_row_mass(const RowState& rs, const double* o, int head_dim, ItemStats& 
 
 double log_lambda_of(double lambda) { return lambda > 0.0 ? std::log(lambda) : kNegInf; }
 
-int thread_count(const ReferenceOptions& opt) { return resolve_threads(opt.num_threads); }
-
 void check(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument(what);
 }
@@ -325,7 +323,7 @@ AttentionStats prefill_impl(const PrefillProblem& p, const ReferenceOptions& opt
 
   std::vector<ItemStats> item_stats(items.size());
   std::vector<std::int64_t> item_seq(items.size());
-  const int threads = thread_count(opt);
+  const int threads = resolve_threads(opt.num_threads, static_cast<std::int64_t>(items.size()));
   std::vector<Scratch> scratch(threads, Scratch(tq, tk, dim));
 
   parallel_for(static_cast<std::int64_t>(items.size()), threads, [&](std::int64_t i, int tid) {
@@ -402,7 +400,7 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
   const std::int64_t n_items = batch * hkv;
   std::vector<ItemStats> item_stats(n_items);
   std::vector<std::int64_t> item_seq(n_items);
-  const int threads = thread_count(opt);
+  const int threads = resolve_threads(opt.num_threads, n_items);
   std::vector<Scratch> scratch(threads, Scratch(rows, tk, dim));
 
   parallel_for(n_items, threads, [&](std::int64_t i, int tid) {

@@ -6,7 +6,9 @@
 
 namespace skipsoftmax {
 
-double flow_shift(double u, double shift) { return shift * u / (1.0 + (shift - 1.0) * u); }
+// s u / (1 + (s - 1) u), its denominator written as s u + (1 - u): for a tiny s, 1 + (s - 1) u
+// rounds to 0 at u = 1 (an infinite timestep), s u + (1 - u) to s.
+double flow_shift(double u, double shift) { return shift * u / (shift * u + (1.0 - u)); }
 
 std::vector<double> flow_shifted_timesteps(double shift, int steps) {
   if (!std::isfinite(shift) || shift <= 0.0) {
@@ -14,8 +16,9 @@ std::vector<double> flow_shifted_timesteps(double shift, int steps) {
     msg << "shift s=" << shift << " must be finite and > 0";
     throw std::invalid_argument(msg.str());
   }
-  if (steps < 1) {
-    throw std::invalid_argument("steps N=" + std::to_string(steps) + " must be >= 1");
+  if (steps < 1 || steps > kMaxScheduleSteps) {
+    throw std::invalid_argument("steps N=" + std::to_string(steps) + " must lie in [1, " +
+                                std::to_string(kMaxScheduleSteps) + "]");
   }
   std::vector<double> t;
   t.reserve(steps);

@@ -24,7 +24,7 @@ ScaleTable scale_table_from_json(const nlohmann::json& j, const std::string& con
     }
     const double bin = row[0].get<double>();
     if (!(bin == std::floor(bin)) || bin <= 0 || bin > 9.0e15) {
-      throw std::invalid_argument(where + ": seqlen_bin must be a positive integer");
+      throw std::invalid_argument(where + ": seqlen_bin must be an integer in [1, 9e15]");
     }
     rows.push_back({static_cast<std::int64_t>(bin), row[1].get<double>()});
   }

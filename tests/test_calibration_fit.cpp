@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -45,6 +46,11 @@ TEST(CalibrationFit, BinsAndTheirErrors) {
                    "is 127 bins; the GPU kernels take tables of at most 64 rows: pass --bin-step "
                    "4096 or more");
   EXPECT_EQ(calibration_bins(4096, 4096, 262144).size(), 64u);
+  // A step near 2^62 takes the last bin within a step of 2^63: no bin past it wraps.
+  const std::int64_t big = std::int64_t{1} << 62;
+  EXPECT_EQ(calibration_bins(1, big, std::numeric_limits<std::int64_t>::max()),
+            (std::vector<std::int64_t>{1, 1 + big}));
+  EXPECT_ERROR_HAS(calibration_bins(1, 1, 100000000000), "pass --bin-step 1587301588 or more");
 }
 
 TEST(CalibrationFit, KnownAnswerOnAnEvenCurve) {

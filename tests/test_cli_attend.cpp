@@ -368,7 +368,7 @@ TEST_F(CliAttendTest, BadInputFailsAndLeavesNoOutput) {
        write_json_file(t.path("T.json"), nlohmann::json::parse("[[64, 12.0]]"));
        a.set("--scale-table", t.path("T.json")).set("--threshold", "0.1");
      }},
-    {"bad table", "seqlen_bin must be a positive integer",
+    {"bad table", "seqlen_bin must be an integer in [1, 9e15]",
      [](auto& t, auto& a) {
        write_json_file(t.path("T.json"), nlohmann::json::parse("[[0, 12.0]]"));
        a.set("--scale-table", t.path("T.json"));
@@ -426,6 +426,17 @@ TEST_F(CliAttendTest, BadInputFailsAndLeavesNoOutput) {
      [](auto& t, auto& a) { a.set("--out", t.path("no/such/dir/O.npy")); }},
     {"missing --out", "--out is required", [](auto&, auto& a) { a.erase("--out"); }},
     {"unknown flag", "--bogus", [](auto&, auto& a) { a.set("--bogus", "1"); }},
+    {"out is q", "is also --q: it would overwrite an input",
+     [](auto& t, auto& a) { a.set("--out", t.path(".") + "/./q.npy"); }},
+    {"threads", "--threads must lie in [0, 1024]",
+     [](auto&, auto& a) { a.set("--threads", "20000"); }},
+    {"scale overflows float", "--softmax-scale must be positive and at most 2.3e38",
+     [](auto&, auto& a) { a.set("--softmax-scale", "1e308"); }},
+    {"table number overflow", "number overflow parsing '1e999' (beyond a double's range)",
+     [](auto& t, auto& a) {
+       std::ofstream(t.path("T.json")) << "[[128, 1e999]]";
+       a.set("--scale-table", t.path("T.json"));
+     }},
   };
   for (const BadCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -601,8 +612,13 @@ TEST_F(CliDecodeTest, BadDecodeInputFailsAndLeavesNoOutput) {
   const std::vector<Case> cases = {
     {"missing seq lens", "decode needs all of", [](auto&, auto& a) { a.erase("--seq-lens"); }},
     {"causal", "--causal and --window do not apply", [](auto&, auto& a) { a.set("--causal"); }},
+    {"window", "--causal and --window do not apply",
+     [](auto&, auto& a) { a.set("--window", "4"); }},
     {"tile-q", "--tile-q does not apply", [](auto&, auto& a) { a.set("--tile-q", "16"); }},
-    {"splits", "--num-splits must be positive", [](auto&, auto& a) { a.set("--num-splits", "0"); }},
+    {"splits", "--num-splits must lie in [1, 128], got 0",
+     [](auto&, auto& a) { a.set("--num-splits", "0"); }},
+    {"too many splits", "--num-splits must lie in [1, 128], got 129",
+     [](auto&, auto& a) { a.set("--num-splits", "129"); }},
     {"cuda tile-k", "--backend cuda decodes with tiles of 64 keys",
      [](auto&, auto& a) { a.set("--backend", "cuda").set("--tile-k", "128"); }},
     {"cuda order", "--backend cuda decodes in forward order",

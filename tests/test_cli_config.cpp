@@ -175,6 +175,10 @@ TEST_F(Cli, ExportBadFlags) {
       "--skip-softmax-prefill-scale-table none --skip-softmax-prefill-threshold 0.1", "excludes");
   expect_export_fails("--prefill-target-sparsity 75", "target sparsity \"75\" is not a fraction");
   expect_export_fails("--prefill-sparsity 0.5", "--prefill-sparsity");
+  // An empty ENGINE_DIR (a script's unset variable) is refused, not taken as here.
+  const ToolRun r = run("export " + q(ckpt()) + " ''");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("ENGINE_DIR: an empty path"), std::string::npos) << r.err;
 }
 
 TEST_F(Cli, ExportPinsTheCheckpointsGgufFile) {
@@ -317,6 +321,12 @@ TEST_F(Cli, InspectErrors) {
   r = run("inspect " + q(ckpt()));
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("config.json: malformed JSON at byte"), std::string::npos) << r.err;
+  // A file where the directory belongs is named as such.
+  r = run("inspect " + q(ckpt() / "config.json"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("config.json: is a file; give the checkpoint or engine directory"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST_F(Cli, ScheduleText) {
@@ -360,15 +370,23 @@ TEST_F(Cli, ScheduleShowLimitsTheTimesteps) {
   EXPECT_NE(r.out.find("... 39 more"), std::string::npos) << r.out;
 }
 
+TEST_F(Cli, UnknownSubcommandIsNamed) {
+  const ToolRun r = run("atend --q q.npy");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("unknown subcommand 'atend' (valid: demo, attend, "), std::string::npos)
+      << r.err;
+}
+
 TEST_F(Cli, ScheduleRejectsBadInput) {
   const std::pair<const char*, const char*> cases[] = {
       {"--shift 0 --steps 4 --cutoff 0.5", "shift s=0 must be finite and > 0"},
       {"--shift -2 --steps 4 --cutoff 0.5", "shift s=-2 must be finite and > 0"},
-      {"--shift 3 --steps 0 --cutoff 0.5", "steps N=0 must be >= 1"},
+      {"--shift 3 --steps 0 --cutoff 0.5", "steps N=0 must lie in [1, 1000000]"},
+      {"--shift 3 --steps 2000000000 --cutoff 0.5", "steps N=2000000000 must lie in [1, 1000000]"},
       {"--shift 3 --steps 4 --cutoff 1.5", "disabled_until_timestep D=1.5 is outside [0, 1]"},
       {"--shift 3 --steps 4 --cutoff -0.1", "disabled_until_timestep D=-0.1 is outside [0, 1]"},
       {"--shift 3 --steps 4", "--cutoff"},
-      {"--shift 3 --steps 4 --cutoff 0.5 --show -1", "--show"},
+      {"--shift 3 --steps 4 --cutoff 0.5 --show -1", "--show: must be finite and >= 0, got -1"},
   };
   for (const auto& [args, message] : cases) {
     const ToolRun r = run(std::string("schedule ") + args);

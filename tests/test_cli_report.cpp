@@ -169,6 +169,18 @@ TEST_F(ReportCli, ArgumentErrors) {
   EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
   const fs::path not_object = write("list.json", "[1, 2]");
   expect_fails({not_object.string()}, not_object.string() + ": expected an object, got array");
+  // The page would replace a price list it reads: refused, the price list kept.
+  const fs::path mine = dir_ / "mine.json";
+  fs::copy_file(fixture("llama"), mine);
+  const std::string before = read_text_file(mine);
+  r = report("--price-json " + q(mine) + " --out " + q(dir_ / "." / "mine.json"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("is also a --price-json: it would overwrite an input"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(read_text_file(mine), before);
+  r = report("--price-json " + q(fixture("llama")) + " --out ''");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("an empty path is not an output file"), std::string::npos) << r.err;
 }
 
 // ---- in a real browser ------------------------------------------------------------------------

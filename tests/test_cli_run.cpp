@@ -287,13 +287,18 @@ TEST_F(CliEvaluate, PriceErrors) {
   fails("price --model-dir " + q(ckpt()) + " --work-dir " + q(dir_ / "work") +
             " --lengths 1024 --accuracy-lengths 1024",
         "no calibrated tiers");
-  // A valid request stops at the GPU, with the checkpoint config untouched.
+  // A valid request stops at the GPU before it writes anything (no engines in the work
+  // directory), with the checkpoint config untouched.
   const std::string before = read_text_file(ckpt4k() / "config.json");
   const ToolRun r = run(price_args("--lengths 1024 2048 --accuracy-lengths 1024 --tiers 75%"));
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(r.err.find("needs a Hopper GPU") != std::string::npos ||
+  EXPECT_TRUE(r.err.find("price measures on a Hopper GPU") != std::string::npos ||
+              r.err.find("needs a Hopper GPU") != std::string::npos ||
               r.err.find("no tensor token_embd.weight") != std::string::npos)
       << r.err;
+  if (r.err.find("price measures on a Hopper GPU") != std::string::npos) {
+    EXPECT_FALSE(fs::exists(dir_ / "work")) << "a price run that cannot measure wrote engines";
+  }
   EXPECT_EQ(read_text_file(ckpt4k() / "config.json"), before);
   expect_no_results();
 }

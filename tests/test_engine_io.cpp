@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine_io.h"
+#include "file_io.h"
 #include "test_util.h"
 
 namespace skipsoftmax {
@@ -50,6 +51,17 @@ TEST(RunRequests, ErrorsNameTheRequestAndTheProblem) {
   EXPECT_ERROR_HAS(parse(R"([{"prompt": "a", "max_new_tokens": "8"}])"),
                    "max_new_tokens must be an integer >= 1, got \"8\"");
   EXPECT_ERROR_HAS(parse(R"(["a", )"), "in.json: malformed JSON at byte");
+}
+
+TEST(JsonText, ErrorsNameThePlaceAndTheReason) {
+  // At the end of the text the byte is the text's length, with the parser's own reason.
+  EXPECT_ERROR_HAS(parse_json_text("[[128, 1.0],", "t.json"),
+                   "t.json: malformed JSON at byte 12 (12 bytes): syntax error while parsing "
+                   "value - unexpected end of input");
+  EXPECT_ERROR_HAS(parse_json_text("[[128, 1e999]]", "t.json"),
+                   "t.json: number overflow parsing '1e999' (beyond a double's range)");
+  EXPECT_ERROR_HAS(parse_json_text<nlohmann::ordered_json>("{\"a\": 1e400}", "c.json"),
+                   "c.json: number overflow parsing '1e400'");
 }
 
 ModelConfig small_model() {

@@ -36,6 +36,13 @@ TEST(Schedule, ShiftBelowOneSpendsStepsAtLowT) {
   EXPECT_DOUBLE_EQ(t[1], 1.0 / 3.0);
 }
 
+TEST(Schedule, TinyShiftStaysInTheUnitInterval) {
+  // 1 + (s - 1) u rounds to 0 at u = 1 for s = 1e-320; the timestep is still 1.
+  const std::vector<double> t = flow_shifted_timesteps(1e-320, 10);
+  EXPECT_EQ(t.front(), 1.0);
+  for (double x : t) EXPECT_TRUE(x >= 0.0 && x <= 1.0) << x;
+}
+
 TEST(Schedule, OneStep) { EXPECT_EQ(flow_shifted_timesteps(5.0, 1), std::vector<double>{1.0}); }
 
 TEST(Schedule, RejectsBadShiftAndSteps) {
@@ -44,6 +51,7 @@ TEST(Schedule, RejectsBadShiftAndSteps) {
     EXPECT_THROW(flow_shifted_timesteps(s, 4), std::invalid_argument) << s;
   }
   EXPECT_THROW(flow_shifted_timesteps(3.0, 0), std::invalid_argument);
+  EXPECT_THROW(flow_shifted_timesteps(3.0, kMaxScheduleSteps + 1), std::invalid_argument);
   EXPECT_THROW(flow_shifted_timesteps(3.0, -2), std::invalid_argument);
 }
 

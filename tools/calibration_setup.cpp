@@ -3,9 +3,11 @@
 #include <stdexcept>
 #include <vector>
 
+#include "commands.h"
 #include "sha256.h"
 #include "skipsoftmax/decode.h"
 #include "skipsoftmax/prefill.h"
+#include "skipsoftmax/tiling.h"
 #if SKIPSOFTMAX_HAVE_CUDA
 #include "calibration_cuda.h"
 #endif
@@ -61,10 +63,11 @@ void check_pass_flags(const PassFlags& f) {
   if (f.decode_steps < 1) {
     fail("--decode-steps must be >= 1, got " + std::to_string(f.decode_steps));
   }
-  if (f.decode_splits < 1) {
-    fail("--decode-splits must be >= 1, got " + std::to_string(f.decode_splits));
+  if (f.decode_splits < 1 || f.decode_splits > kMaxDecodeSplits) {
+    fail("--decode-splits must lie in [1, " + std::to_string(kMaxDecodeSplits) + "], got " +
+         std::to_string(f.decode_splits));
   }
-  if (f.threads < 0) fail("--threads must be >= 0 (0: all cores)");
+  check_threads(f.threads);
   if (f.backend != "cpu" && f.backend != "cuda") {
     fail("unknown --backend '" + f.backend + "' (valid: cpu, cuda)");
   }

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "bits16.h"
@@ -108,14 +109,6 @@ void check_output(const std::string& path, const char* flag) {
   }
 }
 
-// The same file under two spellings (./o/x.npy, o/../o/x.npy) is the same file.
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code ea, eb;
-  const fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
-  if (ea || eb) return fs::path(a).lexically_normal() == fs::path(b).lexically_normal();
-  return ca == cb;
-}
-
 // The vote tiles: the flags' for the CPU reference (default 128 x 128); the kernel's for cuda,
 // where a flag that asks for other tiles is an error rather than silently ignored.
 TileShape parse_tiles(const AttendArgs& a, int head_dim) {
@@ -145,7 +138,9 @@ Settings parse_settings(const AttendArgs& a) {
   if (a.window < 0 || a.window > std::numeric_limits<int>::max()) {
     fail("--window must lie in [0, 2^31) (0: none), got " + std::to_string(a.window));
   }
-  if (a.window > 0 && !a.causal) fail("--window needs --causal (a sliding window looks back)");
+  if (a.window > 0 && !a.causal && a.k_pages.empty()) {
+    fail("--window needs --causal (a sliding window looks back)");
+  }
   if (!a.cuda_dtype.empty() && a.cuda_dtype != "fp16" && a.cuda_dtype != "bf16") {
     fail("unknown --cuda-dtype '" + a.cuda_dtype + "' (valid: fp16, bf16)");
   }
@@ -156,15 +151,38 @@ Settings parse_settings(const AttendArgs& a) {
     fail("--tile-q must be positive, got " + std::to_string(*a.tile_q));
   if (a.tile_k && *a.tile_k <= 0)
     fail("--tile-k must be positive, got " + std::to_string(*a.tile_k));
-  if (a.threads < 0)
-    fail("--threads must be >= 0 (0: all cores), got " + std::to_string(a.threads));
-  if (a.softmax_scale && !(std::isfinite(*a.softmax_scale) && *a.softmax_scale > 0)) {
+  check_threads(a.threads);
+  // The kernels take scale x log2(e) in float; the reference takes the same scales, so that a
+  // scale is refused or accepted by both backends alike (1e308 made the reference's rows NaN).
+  constexpr double kLog2e = 1.4426950408889634;
+  if (a.softmax_scale && !(std::isfinite(*a.softmax_scale) && *a.softmax_scale > 0 &&
+                           *a.softmax_scale * kLog2e <= std::numeric_limits<float>::max())) {
     std::ostringstream msg;
-    msg << "--softmax-scale must be finite and positive, got " << *a.softmax_scale;
+    msg << "--softmax-scale must be positive and at most 2.3e38 (scale x log2(e) in float), got "
+        << *a.softmax_scale;
     fail(msg.str());
   }
   if (!a.stats.empty() && same_file(a.stats, a.out)) {
     fail("--stats " + a.stats + " and --out " + a.out + " name the same file");
+  }
+  const std::pair<const char*, const std::string*> inputs[] = {{"--q", &a.q},
+                                                               {"--k", &a.k},
+                                                               {"--v", &a.v},
+                                                               {"--cu-seqlens-q", &a.cu_seqlens_q},
+                                                               {"--cu-seqlens-k", &a.cu_seqlens_k},
+                                                               {"--k-pages", &a.k_pages},
+                                                               {"--v-pages", &a.v_pages},
+                                                               {"--page-table", &a.page_table},
+                                                               {"--seq-lens", &a.seq_lens},
+                                                               {"--scale-table", &a.scale_table}};
+  for (const auto& [flag, path] : inputs) {
+    for (const auto& [out_flag, out] :
+         {std::pair{"--out", &a.out}, std::pair{"--stats", &a.stats}}) {
+      if (!path->empty() && !out->empty() && same_file(*path, *out)) {
+        fail(std::string(out_flag) + " " + *out + " is also " + flag +
+             ": it would overwrite an input");
+      }
+    }
   }
   check_output(a.out, "--out");
   if (!a.stats.empty()) check_output(a.stats, "--stats");
@@ -530,8 +548,9 @@ void check_decode_flags(const AttendArgs& a) {
     fail("decode attends to the whole cache: --causal and --window do not apply");
   }
   if (a.tile_q) fail("decode votes over all query heads of a GQA group: --tile-q does not apply");
-  if (a.num_splits.value_or(1) <= 0) {
-    fail("--num-splits must be positive, got " + std::to_string(*a.num_splits));
+  if (a.num_splits.value_or(1) <= 0 || a.num_splits.value_or(1) > kMaxDecodeSplits) {
+    fail("--num-splits must lie in [1, " + std::to_string(kMaxDecodeSplits) + "], got " +
+         std::to_string(*a.num_splits));
   }
   if (a.backend == "cuda") {
     if (a.tile_k && *a.tile_k != decode_tile_k(0)) {

@@ -89,7 +89,6 @@ void check_context(const CalibrationSettings& s, const ModelConfig& m) {
 // The prompts, for an engine to capture: DIR/prompt_<bin>_<i>.npy (int32 tokens) and
 // DIR/prompts.json describing them.
 void write_samples(const fs::path& dir, const CalibrationSettings& s, RulerCorpus& corpus) {
-  fs::create_directories(dir);
   nlohmann::json list = nlohmann::json::array();
   for (std::int64_t bin : s.bins) {
     for (int i = 0; i < s.samples; ++i) {
@@ -140,8 +139,15 @@ void run_calibrate(const CalibrateArgs& a) {
 
   RulerCorpus corpus(corpus_dir(a.pass), CorpusSplit::kCalibration, model_tokenizer(file));
   if (!a.write_samples.empty()) {
+    ensure_output_directory(a.write_samples, "--write-samples");
     write_samples(a.write_samples, s, corpus);
     return;
+  }
+  // What the end of the run writes to is checked before it: the cache's directory, and the
+  // checkpoint's config.json, which must parse and keep valid skip keys once merged.
+  if (s.cache_dir) ensure_output_directory(*s.cache_dir, "--cache-dir");
+  if (const fs::path config = model_dir / kConfigFileName; !a.dry_run && fs::exists(config)) {
+    merge_skip_keys(read_text_file(config), "{}", config.string());
   }
 
   // The model's checksum keys the cache and checks the captures; it costs a read of the file.
@@ -183,12 +189,16 @@ void add_calibrate(CLI::App& app) {
                   "Shape advice: ON when skipped mass share / sparsity is below this")
       ->capture_default_str();
   sub->add_option("--samples", a->samples, "Prompts per bin")->capture_default_str();
-  sub->add_option("--seed", a->seed, "Seed of the prompts")->capture_default_str();
+  sub->add_option("--seed", a->seed, "Seed of the prompts")
+      ->check(kNonNegative)
+      ->capture_default_str();
   sub->add_option("--cache-dir", a->cache_dir,
-                  "Cache of per-prompt statistics, keyed by the model's SHA-256 and the prompt");
+                  "Cache of per-prompt statistics, keyed by the model's SHA-256 and the prompt")
+      ->check(kNonEmptyPath);
   add_pass_flags(*sub, a->pass);
   sub->add_option("--write-samples", a->write_samples,
-                  "Write the prompts (int32 .npy and prompts.json) to this directory and stop");
+                  "Write the prompts (int32 .npy and prompts.json) to this directory and stop")
+      ->check(kNonEmptyPath);
   sub->add_flag("--dry-run", a->dry_run, "Calibrate and print, but leave config.json alone");
   sub->callback([a] { run_calibrate(*a); });
 }

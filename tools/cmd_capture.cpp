@@ -159,7 +159,9 @@ void add_capture(CLI::App& app) {
   sub->add_option("--tokens", a->tokens, "Tokens to run (the text's first N, BOS included)")
       ->required();
   sub->add_option("--layers", a->layers, "Layers to capture, e.g. 0,5,10");
-  sub->add_option("--out-dir", a->out_dir, "New or empty directory for the .npy files")->required();
+  sub->add_option("--out-dir", a->out_dir, "New or empty directory for the .npy files")
+      ->required()
+      ->check(kNonEmptyPath);
   sub->add_option("--dtype", a->dtype, "f32 (exact bf16 values) or f16")->capture_default_str();
   sub->add_flag("--logits", a->logits,
                 "Also write the logits of every token (logits.npy, float32 [tokens, vocab])");

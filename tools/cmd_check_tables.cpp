@@ -226,7 +226,9 @@ void add_check_tables(CLI::App& app) {
   sub->add_option("--tier", a->tier,
                   "Tier to check (0.75 or 75%); default: each phase's deployed target");
   sub->add_option("--samples", a->samples, "Prompts per length")->capture_default_str();
-  sub->add_option("--seed", a->seed, "Seed of the prompts")->capture_default_str();
+  sub->add_option("--seed", a->seed, "Seed of the prompts")
+      ->check(kNonNegative)
+      ->capture_default_str();
   sub->add_option("--tolerance", a->tolerance,
                   "Largest distance from the target, as a fraction (0.02: 2 points)")
       ->capture_default_str();

@@ -241,25 +241,25 @@ void add_demo(CLI::App& app) {
   cmd->add_option("--backend", args->backend, "auto (the GPU when there is one), cpu or cuda")
       ->capture_default_str();
   cmd->add_option("--seq-len", args->seq_len, "Tokens per sequence (4096 CPU, 16384 GPU)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", args->batch, "Sequences")->check(CLI::PositiveNumber);
-  cmd->add_option("--heads-q", args->heads_q, "Query heads (8 CPU, 32 GPU)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--heads-kv", args->heads_kv, "KV heads (2 CPU, 8 GPU)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--head-dim", args->head_dim, "Head dimension")->check(CLI::PositiveNumber);
+      ->check(kPositive);
+  cmd->add_option("--batch", args->batch, "Sequences")->check(kPositive);
+  cmd->add_option("--heads-q", args->heads_q, "Query heads (8 CPU, 32 GPU)")->check(kPositive);
+  cmd->add_option("--heads-kv", args->heads_kv, "KV heads (2 CPU, 8 GPU)")->check(kPositive);
+  cmd->add_option("--head-dim", args->head_dim, "Head dimension")->check(kPositive);
   cmd->add_flag("--non-causal", args->non_causal, "Full (non-causal) attention");
   cmd->add_option("--threshold", args->threshold, "Flat lambda in [0, 1)");
   cmd->add_option("--scale-table", args->scale_table, "Scale table JSON [[seqlen_bin, S], ...]");
-  cmd->add_option("--tile-q", args->tile_q, "Query rows per tile")->check(CLI::PositiveNumber);
-  cmd->add_option("--tile-k", args->tile_k, "Keys per tile")->check(CLI::PositiveNumber);
+  cmd->add_option("--tile-q", args->tile_q, "Query rows per tile")->check(kPositive);
+  cmd->add_option("--tile-k", args->tile_k, "Keys per tile")->check(kPositive);
   cmd->add_option("--kv-order", args->kv_order, "forward, reverse or sink-reverse");
-  cmd->add_option("--threads", args->threads, "CPU threads (0: all)");
-  cmd->add_option("--seed", args->seed, "Input seed");
-  cmd->add_option("--sink", args->shape.sink, "Score of every query against key 0");
-  cmd->add_option("--band", args->shape.local, "Score of a query against its own position");
+  cmd->add_option("--threads", args->threads, "CPU threads (0: all)")
+      ->check(CLI::Range(0, kMaxThreads));
+  cmd->add_option("--seed", args->seed, "Input seed")->check(kNonNegative);
+  cmd->add_option("--sink", args->shape.sink, "Score of every query against key 0")->check(kFinite);
+  cmd->add_option("--band", args->shape.local, "Score of a query against its own position")
+      ->check(kFinite);
   cmd->add_option("--far-field", args->shape.noise, "Spread of the far-field scores")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->callback([args] { run_demo(*args); });
 }
 

@@ -195,7 +195,9 @@ void add_evaluate(CLI::App& app) {
   sub->add_option("--text-windows", a->text_windows,
                   "Held-out texts per length for perplexity (0: none)")
       ->capture_default_str();
-  sub->add_option("--seed", a->seed, "Seed of the prompts")->capture_default_str();
+  sub->add_option("--seed", a->seed, "Seed of the prompts")
+      ->check(kNonNegative)
+      ->capture_default_str();
   sub->add_option("--save-results", a->save_results, "Write the results as JSON");
   sub->add_option("--baseline", a->baseline, "Results of a dense run (--save-results) to gate on");
   sub->add_option("--label", a->label, "Name of this run in its results (default: the arm)");

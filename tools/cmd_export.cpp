@@ -86,8 +86,11 @@ void add_export(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "export", "Resolve the skip thresholds of a checkpoint and write an engine config.json");
   sub->add_option("CHECKPOINT_DIR", o->checkpoint_dir, "Checkpoint directory (has config.json)")
-      ->required();
-  sub->add_option("ENGINE_DIR", o->engine_dir, "Engine directory, created if missing")->required();
+      ->required()
+      ->check(kNonEmptyPath);
+  sub->add_option("ENGINE_DIR", o->engine_dir, "Engine directory, created if missing")
+      ->required()
+      ->check(kNonEmptyPath);
   for (Phase phase : kPhases) add_phase_options(*sub, phase, o->phases[phase]);
   CLI::Option* weights = sub->add_option(
       "--weights", o->weights_file,

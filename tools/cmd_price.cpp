@@ -28,6 +28,7 @@
 #include "model_config.h"
 #include "price.h"
 #include "skipsoftmax/config.h"
+#include "skipsoftmax/prefill.h"
 
 namespace skipsoftmax::cli {
 namespace {
@@ -133,12 +134,15 @@ void price(const PriceArgs& a) {
   settings.text_windows = a.text_windows;
   settings.lengths = a.accuracy_lengths;
 
-  const fs::path work(a.work_dir);
-  fs::create_directories(work / "engines");
   const fs::path corpus = a.corpus_dir.empty() ? default_corpus_dir() : fs::path(a.corpus_dir);
   EvalRunner runner(file, corpus);
   std::vector<std::vector<std::int32_t>> prompts;
   for (std::int64_t l : a.lengths) prompts.push_back(runner.latency_prompt(l, a.seed));
+  // Nothing is written before every input has been read and the GPU found: a run that cannot
+  // measure leaves no engines behind.
+  if (!hopper_gpu_available()) fail("price measures on a Hopper GPU, and this machine has none");
+  const fs::path work(a.work_dir);
+  ensure_output_directory(work / "engines", "--work-dir");
 
   PriceList p;
   p.model_name = file.find("general.name") ? file.string("general.name") : model.architecture;
@@ -261,7 +265,8 @@ void add_price(CLI::App& app) {
   sub->add_option("--model-dir", a->model_dir, "Calibrated checkpoint directory")->required();
   sub->add_option("--work-dir", a->work_dir,
                   "Where the engines, the evaluation results and price.json go")
-      ->required();
+      ->required()
+      ->check(kNonEmptyPath);
   sub->add_option("--lengths", a->lengths, "Prompt lengths for TTFT and TPOT")->required();
   sub->add_option("--accuracy-lengths", a->accuracy_lengths,
                   "Lengths (among --lengths) at which every arm's accuracy is evaluated")
@@ -275,7 +280,9 @@ void add_price(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--text-windows", a->text_windows, "Held-out texts per accuracy length")
       ->capture_default_str();
-  sub->add_option("--seed", a->seed, "Seed of the prompts")->capture_default_str();
+  sub->add_option("--seed", a->seed, "Seed of the prompts")
+      ->check(kNonNegative)
+      ->capture_default_str();
   sub->add_option("--corpus-dir", a->corpus_dir,
                   "Directory of the books (default $SKIPSOFTMAX_CORPUS_DIR or "
                   "/work/shared/corpora)");

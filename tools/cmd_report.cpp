@@ -3,6 +3,7 @@
 // Every input is read and validated before anything is written; the page is written atomically.
 #include <iostream>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,14 @@ struct ReportOptions {
 };
 
 void run_report(const ReportOptions& o) {
+  check_output_file(o.out);
+  for (const std::string& file : o.price_files) {
+    if (same_file(file, o.out)) {
+      throw std::invalid_argument("--out " + o.out +
+                                  " is also a --price-json: it would overwrite "
+                                  "an input");
+    }
+  }
   std::vector<ReportModel> models;
   for (const std::string& file : o.price_files) models.push_back({read_price_file(file), file});
   const std::string html = render_report(models, o.title);

@@ -75,7 +75,7 @@ void add_schedule(CLI::App& app) {
   sub->add_option("--cutoff", o->cutoffs, "disabled_until_timestep D in [0, 1]; repeatable")
       ->required();
   sub->add_option("--show", o->show, "How many timesteps to print (default 10)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   sub->add_flag("--json", o->json, "Print JSON");
   sub->callback([o] { run_schedule(*o); });
 }

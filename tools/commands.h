@@ -5,6 +5,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -17,6 +19,40 @@ struct Registration {
 };
 
 void add_registered_commands(CLI::App& app);
+
+// --threads: 0 (every core) to kMaxThreads; more only multiplies per-thread buffers.
+inline constexpr int kMaxThreads = 1024;
+inline void check_threads(int threads) {
+  if (threads < 0 || threads > kMaxThreads) {
+    throw std::invalid_argument("--threads must lie in [0, " + std::to_string(kMaxThreads) +
+                                "] (0: every core), got " + std::to_string(threads));
+  }
+}
+
+// Numeric checks whose messages name the rule and the value (CLI11's PositiveNumber names its
+// range as 0 to the largest double, in 300 digits).
+inline CLI::Validator number_check(bool (*ok)(double), const char* rule) {
+  return CLI::Validator(
+      [ok, rule](std::string& text) {
+        char* end = nullptr;
+        const double x = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0') return "expected a number, got " + text;
+        return ok(x) ? std::string() : std::string("must be ") + rule + ", got " + text;
+      },
+      rule);
+}
+inline const CLI::Validator kPositive =
+    number_check([](double x) { return std::isfinite(x) && x > 0; }, "finite and > 0");
+inline const CLI::Validator kNonNegative =
+    number_check([](double x) { return std::isfinite(x) && x >= 0; }, "finite and >= 0");
+inline const CLI::Validator kFinite =
+    number_check([](double x) { return std::isfinite(x); }, "finite");
+
+// For options that name a file or directory: an empty value (a script's unset "$DIR") is refused
+// instead of meaning the current directory or nothing.
+inline const CLI::Validator kNonEmptyPath{
+    [](std::string& value) { return value.empty() ? std::string("an empty path") : std::string(); },
+    "PATH"};
 
 // The command line the tool was started with, for the provenance of the files it writes.
 const std::string& command_line();

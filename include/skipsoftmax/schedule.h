@@ -12,11 +12,14 @@
 
 namespace skipsoftmax {
 
-// t = s * u / (1 + (s - 1) * u), for u in [0, 1] and s > 0.
+// t = s * u / (1 + (s - 1) * u), for u in [0, 1] and s > 0: within [0, 1] for any such s.
 double flow_shift(double u, double shift);
 
+// Denoiser forwards a schedule may have (samplers run tens to a few hundred).
+inline constexpr int kMaxScheduleSteps = 1000000;
+
 // t_0 .. t_{N-1}, the timestep of each denoiser forward. Throws std::invalid_argument unless
-// shift is finite and > 0 and steps >= 1.
+// shift is finite and > 0 and steps lies in [1, kMaxScheduleSteps].
 std::vector<double> flow_shifted_timesteps(double shift, int steps);
 
 // Throws std::invalid_argument unless D lies in [0, 1].

@@ -70,6 +70,10 @@ constexpr TileRange prefill_kv_tile_range(std::int64_t q_begin, std::int64_t q_e
   return {first_key > 0 ? first_key / tile_k : 0, end};
 }
 
+// Splits of a decode launch at most (the decode kernels' combine holds one log-sum-exp a split in
+// shared memory); the CPU reference and the tools take the same bound.
+inline constexpr int kMaxDecodeSplits = 128;
+
 // Split-KV decode: the KV tiles [0, n_tiles) are cut into num_splits contiguous ranges of
 // ceil(n_tiles / num_splits) tiles (the last ones may be shorter or empty). Each split keeps its
 // own running maximum; when it votes, every split after the first starts it from the row maxima

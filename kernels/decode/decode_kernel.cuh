@@ -38,16 +38,16 @@
 // and their V rows are zeroed before P V, since P = 0 times NaN is NaN.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-
-#include <cuda.h>
 
 #include <cstdint>
 
 #include "../common/device_threshold.h"
 #include "../hopper/mma_sync.cuh"
 #include "skipsoftmax/paged_kv.h"
+#include "skipsoftmax/tiling.h"
 
 namespace skipsoftmax::decode {
 
@@ -56,7 +56,7 @@ inline constexpr int kMaxGroup = 16;  // query heads per KV head: the rows of on
 inline constexpr int kKeySlices = 4;  // warps across a tile's keys, 16 keys each
 inline constexpr int kSliceKeys = kTileK / kKeySlices;
 inline constexpr int kBoxCols = 64;    // columns of a TMA box: 128 bytes, one swizzle row
-inline constexpr int kMaxSplits = 128;
+inline constexpr int kMaxSplits = kMaxDecodeSplits;
 
 struct Params {
   // The pages [num_pages, page_size, Hkv, D] as (D, Hkv, num_pages x page_size), boxes of

@@ -158,10 +158,7 @@ struct Engine::Impl {
 
 Engine::Impl::Impl(const gguf::File& file, const ModelConfig& c, const EngineOptions& o)
     : config(c), options(o) {
-  if (!hopper_gpu_available()) {
-    throw std::runtime_error(
-        "the engine needs a Hopper GPU (compute capability 9.0) and this machine has none");
-  }
+  // The options and the model are checked first, so that a bad one is named on any machine.
   const int ps = o.page_size;
   if (ps < kMinPageSize || ps > kMaxPageSize || (ps & (ps - 1)) != 0) {
     throw std::invalid_argument("page size " + std::to_string(ps) + " is not a power of two in [" +
@@ -190,6 +187,10 @@ Engine::Impl::Impl(const gguf::File& file, const ModelConfig& c, const EngineOpt
     if (t.name == "rope_freqs.weight") {
       throw std::runtime_error("rope_freqs.weight: per-frequency rotary factors are not supported");
     }
+  }
+  if (!hopper_gpu_available()) {
+    throw std::runtime_error(
+        "the engine needs a Hopper GPU (compute capability 9.0) and this machine has none");
   }
   if (file.find(a + ".final_logit_softcapping")) {
     logit_cap = static_cast<float>(file.number(a + ".final_logit_softcapping"));
