@@ -109,8 +109,11 @@ class HeaderParser {
   }
 
  private:
+  // The header is quoted without the padding and the newline that end it, on the message's line.
   [[noreturn]] void malformed(const std::string& what) const {
-    fail(path_, "malformed header: " + what + " (header: " + std::string(text_) + ")");
+    std::string_view shown = text_;
+    while (!shown.empty() && (shown.back() == ' ' || shown.back() == '\n')) shown.remove_suffix(1);
+    fail(path_, "malformed header: " + what + " (header: " + std::string(shown) + ")");
   }
 
   void skip_space() {

@@ -45,6 +45,7 @@ class NpyFileTest : public test::TempDirTest {
     const std::string msg = read_error(p);
     EXPECT_EQ(msg.rfind(p.string() + ": ", 0), 0u) << msg;
     EXPECT_NE(msg.find(what), std::string::npos) << "expected '" << what << "' in: " << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg;
   }
 };
 
