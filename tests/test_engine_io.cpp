@@ -2,8 +2,10 @@
 // errors, the result and manifest JSON, the layer list.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "engine_io.h"
@@ -51,6 +53,18 @@ TEST(RunRequests, ErrorsNameTheRequestAndTheProblem) {
   EXPECT_ERROR_HAS(parse(R"([{"prompt": "a", "max_new_tokens": "8"}])"),
                    "max_new_tokens must be an integer >= 1, got \"8\"");
   EXPECT_ERROR_HAS(parse(R"(["a", )"), "in.json: malformed JSON at byte");
+}
+
+TEST(FileErrors, FilesystemErrorsReadAsPathAndReason) {
+  namespace fs = std::filesystem;
+  const std::error_code not_dir = std::make_error_code(std::errc::not_a_directory);
+  EXPECT_EQ(describe(fs::filesystem_error("cannot create directories", fs::path("q.npy"), not_dir)),
+            "q.npy: cannot create directories: " + not_dir.message());
+  const std::error_code missing = std::make_error_code(std::errc::no_such_file_or_directory);
+  EXPECT_EQ(describe(fs::filesystem_error("cannot rename", fs::path("a"), fs::path("b"), missing)),
+            "a and b: cannot rename: " + missing.message());
+  EXPECT_EQ(describe(fs::filesystem_error("cannot make absolute path", fs::path(""), missing)),
+            "'': cannot make absolute path: " + missing.message());
 }
 
 TEST(JsonText, ErrorsNameThePlaceAndTheReason) {
