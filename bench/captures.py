@@ -21,9 +21,11 @@ def load_capture(directory, layers=None):
             found = sorted(int(m.group(1)) for m in map(_LAYER_Q.fullmatch, os.listdir(directory))
                            if m)
             if found:
-                raise ValueError(f"{directory} holds one q/k/v triple per layer (layers "
-                                 f"{found[0]}-{found[-1]}): name the layers to stack, "
-                                 f"--input-layers {found[0]}-{found[-1]}")
+                contiguous = found == list(range(found[0], found[-1] + 1))
+                layers = (f"{found[0]}-{found[-1]}" if contiguous
+                          else ",".join(str(layer) for layer in found))
+                raise ValueError(f"{directory} holds one q/k/v triple per layer (layers {layers}):"
+                                 f" name the layers to stack, --input-layers {layers}")
         return [np.load(f"{directory}/{t}.npy").astype(np.float32) for t in ("q", "k", "v")]
     out = []
     for t in ("q", "k", "v"):

@@ -39,6 +39,25 @@ from processes import summarize_in_processes
 from timing_stats import paired_speedups, quartiles
 
 
+C_API = "0.3"  # the version (major.minor) whose argument structs the mirrors below hold
+
+
+def load_library(path):
+    """libskipsoftmax_capi.so at `path`, refused by name unless its argument structs are the
+    mirrors' (a struct of another layout would be misread, not refused)."""
+    lib = ctypes.CDLL(path)
+    version = getattr(lib, "skipsoftmax_version", None)
+    if version is None:
+        raise RuntimeError(f"{path}: a C API before 0.3 (no skipsoftmax_version); these scripts "
+                           f"mirror {C_API}'s argument structs: build the library from this tree")
+    version.restype = ctypes.c_char_p
+    have = version().decode()
+    if have.split(".")[:2] != C_API.split("."):
+        raise RuntimeError(f"{path}: C API {have}; these scripts mirror {C_API}'s argument "
+                           f"structs: build the library from this tree")
+    return lib
+
+
 class PrefillArgs(ctypes.Structure):
     """Mirror of skipsoftmax_prefill_args in include/skipsoftmax/c_api.h."""
     _fields_ = [
@@ -133,7 +152,7 @@ def rel_l2(a, b):
 
 class Ours:
     def __init__(self, lib_path):
-        self.lib = ctypes.CDLL(lib_path)
+        self.lib = load_library(lib_path)
         self.lib.skipsoftmax_prefill.restype = ctypes.c_int
         self.err = ctypes.create_string_buffer(1024)
 

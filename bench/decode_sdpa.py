@@ -65,7 +65,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-from compare_sdpa import interleaved_median_ms, rel_l2, structured
+from compare_sdpa import interleaved_median_ms, load_library, rel_l2, structured
 from processes import summarize_in_processes
 
 
@@ -83,7 +83,8 @@ class DecodeArgs(ctypes.Structure):
         ("table_rows", ctypes.c_int), ("table_bins", ctypes.c_void_p),
         ("table_scales", ctypes.c_void_p), ("flat_lambda", ctypes.c_double),
         ("num_splits", ctypes.c_int), ("workspace", ctypes.c_void_p),
-        ("workspace_bytes", ctypes.c_int64), ("stats", ctypes.c_void_p), ("force_kernel", ctypes.c_int), ("window", ctypes.c_int),
+        ("workspace_bytes", ctypes.c_int64),
+        ("stats", ctypes.c_void_p), ("force_kernel", ctypes.c_int), ("window", ctypes.c_int),
         ("q_len", ctypes.c_int),
     ]
 
@@ -392,7 +393,7 @@ MAX_SPLITS = 128  # decode::kMaxSplits
 
 class Ours:
     def __init__(self, lib_path):
-        self.lib = ctypes.CDLL(lib_path)
+        self.lib = load_library(lib_path)
         self.lib.skipsoftmax_decode.restype = ctypes.c_int
         self.lib.skipsoftmax_decode_workspace_size.restype = ctypes.c_int64
         self.err = ctypes.create_string_buffer(1024)
@@ -477,8 +478,9 @@ def main():
                    help="new tokens per sequence (speculative verification): 1..16, with q_len x "
                         "heads-q / heads-kv <= 16")
     p.add_argument("--compare-lib",
-                   help="a second build of libskipsoftmax_capi.so (say, the previous revision): "
-                        "its dense and skip arms are timed in the same rounds, labelled 'base'")
+                   help="a second build of libskipsoftmax_capi.so (say, the previous revision, "
+                        "of the same C API version): its dense and skip arms are timed in the "
+                        "same rounds, labelled 'base'")
     p.add_argument("--page-order", choices=["shuffled", "contiguous"], default="shuffled",
                    help="where a sequence's pages lie in the cache: at shuffled slots (as a "
                         "serving engine's cache after a while) or one after another")

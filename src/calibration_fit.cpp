@@ -24,9 +24,9 @@ std::vector<std::int64_t> calibration_bins(std::int64_t bin_min, std::int64_t bi
   }
   const std::int64_t count = (max_seqlen - bin_min) / bin_step + 1;
   if (count > kMaxKernelTableRows) {
-    // The smallest step that keeps the bins from bin_min to max_seqlen within the kernels' rows.
-    const std::int64_t span = max_seqlen - bin_min, gaps = kMaxKernelTableRows - 1;
-    const std::int64_t step = span / gaps + (span % gaps != 0 ? 1 : 0);
+    // The smallest step that keeps the bins from bin_min to max_seqlen within the kernels' rows:
+    // span / step + 1 <= rows, i.e. step > span / rows.
+    const std::int64_t step = (max_seqlen - bin_min) / kMaxKernelTableRows + 1;
     throw std::invalid_argument(
         "--bin-min " + std::to_string(bin_min) + " to --max-seqlen " + std::to_string(max_seqlen) +
         " every " + std::to_string(bin_step) + " is " + std::to_string(count) +
@@ -141,6 +141,11 @@ ShapeAdvice advise_shape(const std::vector<RequestPool>& requests, const ScaleTa
         "is too flat for skipping to pay off without accuracy loss";
   }
   return a;
+}
+
+std::vector<std::string> calibration_skip_keys(Phase phase) {
+  return {scale_table_key(phase), scale_tables_key(phase), target_sparsity_key(phase),
+          shape_advice_key(phase)};
 }
 
 nlohmann::ordered_json skip_key_updates(const PhaseFit& fit, const ShapeAdvice& advice) {

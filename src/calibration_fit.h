@@ -94,4 +94,8 @@ ShapeAdvice advise_shape(const std::vector<RequestPool>& requests, const ScaleTa
 // when its tier reached none) and the shape advice. For update_checkpoint_skip_keys().
 nlohmann::ordered_json skip_key_updates(const PhaseFit& fit, const ShapeAdvice& advice);
 
+// The keys skip_key_updates writes for `phase`: what a calibration replaces in a checkpoint's
+// config, whatever they held before.
+std::vector<std::string> calibration_skip_keys(Phase phase);
+
 }  // namespace skipsoftmax

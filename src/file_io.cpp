@@ -101,12 +101,29 @@ bool same_file(const fs::path& a, const fs::path& b) {
   return ca == cb;
 }
 
-void ensure_output_directory(const fs::path& dir, const std::string& flag) {
+void check_output_directory(const fs::path& dir, const std::string& flag) {
   if (dir.empty()) throw std::invalid_argument(flag + ": an empty path is not a directory");
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
     throw std::invalid_argument(flag + " " + dir.string() + ": exists and is not a directory");
   }
+  // The nearest ancestor that exists must be a directory: the others are created.
+  const fs::path absolute = fs::absolute(dir, ec);
+  for (fs::path a = absolute.parent_path(); !ec && !a.empty(); a = a.parent_path()) {
+    if (fs::exists(a, ec)) {
+      if (!fs::is_directory(a, ec)) {
+        throw std::invalid_argument(flag + " " + dir.string() + ": " + a.string() +
+                                    " is not a directory");
+      }
+      break;
+    }
+    if (a == a.parent_path()) break;
+  }
+}
+
+void ensure_output_directory(const fs::path& dir, const std::string& flag) {
+  check_output_directory(dir, flag);
+  std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
     throw std::invalid_argument(flag + " " + dir.string() + ": cannot create it: " + ec.message());

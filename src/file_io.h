@@ -60,9 +60,13 @@ void check_output_file(const std::filesystem::path& path);
 // Whether two paths name the same file, under any spelling (./o/x.npy, o/../o/x.npy, links).
 bool same_file(const std::filesystem::path& a, const std::filesystem::path& b);
 
-// Creates the output directory `dir` (and its parents) before any work, or throws
-// std::invalid_argument naming `flag`, the path and the reason (empty, not a directory, not
-// permitted, ...).
+// Checks, before any work and without creating anything, that `dir` is or can become an output
+// directory: throws std::invalid_argument naming `flag`, the path and the reason (an empty path,
+// a file there, a file where a parent directory would go).
+void check_output_directory(const std::filesystem::path& dir, const std::string& flag);
+
+// Creates the output directory `dir` (and its parents), or throws std::invalid_argument as
+// check_output_directory does, or naming the system's reason (not permitted, ...).
 void ensure_output_directory(const std::filesystem::path& dir, const std::string& flag);
 
 // "<path>[ and <path2>]: <operation>: <reason>" for a std::filesystem error, whose own text reads

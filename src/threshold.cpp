@@ -41,8 +41,11 @@ ScaleTable::ScaleTable(std::vector<ScaleTableRow> rows) : rows_(std::move(rows))
     if (r.seqlen_bin <= 0) {
       throw std::invalid_argument(where.str() + "seqlen_bin must be a positive integer");
     }
-    if (!std::isfinite(r.scale) || r.scale <= 0.0) {
-      throw std::invalid_argument(where.str() + "S must be finite and > 0");
+    // The kernels take S in float: one that rounds to 0 there would guard on the device only.
+    if (!std::isfinite(r.scale) || !(static_cast<float>(r.scale) > 0.0f)) {
+      throw std::invalid_argument(where.str() +
+                                  "S must be finite and > 0 (at least 1e-45, float's "
+                                  "smallest)");
     }
     if (i > 0 && r.seqlen_bin <= rows_[i - 1].seqlen_bin) {
       throw std::invalid_argument(where.str() + "bins must be strictly increasing (previous bin " +
@@ -64,9 +67,9 @@ double ScaleTable::lambda_for(std::int64_t kv_len) const {
 }
 
 std::int64_t ScaleTable::first_skippable_length() const {
-  // Row i serves L in [bin_i, bin_{i+1}); inside it lambda > 0 iff L > S_i, so the first such
-  // integer is max(bin_i, floor(S_i) + 1).
-  // (In float, as guarded() compares, a few integers above S may still round to it.)
+  // Row i serves L in [bin_i, bin_{i+1}); inside it lambda > 0 iff L > S_i in float (guarded()),
+  // so the first such integer is the first from max(bin_i, floor(S_i) + 1) whose float exceeds
+  // S_i's: the next one, or up to a float step further (2^40 integers near 2^63).
   for (std::size_t i = 0; i < rows_.size(); ++i) {
     const double floor_s = std::floor(rows_[i].scale);
     if (floor_s >= static_cast<double>(kNeverSkippable - 1)) continue;

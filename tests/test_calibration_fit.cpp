@@ -44,13 +44,15 @@ TEST(CalibrationFit, BinsAndTheirErrors) {
   EXPECT_EQ(calibration_bins(4096, 2048, 131072).size(), 63u);
   EXPECT_ERROR_HAS(calibration_bins(4096, 2048, 262144),
                    "is 127 bins; the GPU kernels take tables of at most 64 rows: pass --bin-step "
-                   "4096 or more");
+                   "4033 or more");
+  EXPECT_EQ(calibration_bins(4096, 4033, 262144).size(), 64u);
+  EXPECT_ERROR_HAS(calibration_bins(4096, 4032, 262144), "is 65 bins");
   EXPECT_EQ(calibration_bins(4096, 4096, 262144).size(), 64u);
   // A step near 2^62 takes the last bin within a step of 2^63: no bin past it wraps.
   const std::int64_t big = std::int64_t{1} << 62;
   EXPECT_EQ(calibration_bins(1, big, std::numeric_limits<std::int64_t>::max()),
             (std::vector<std::int64_t>{1, 1 + big}));
-  EXPECT_ERROR_HAS(calibration_bins(1, 1, 100000000000), "pass --bin-step 1587301588 or more");
+  EXPECT_ERROR_HAS(calibration_bins(1, 1, 100000000000), "pass --bin-step 1562500000 or more");
 }
 
 TEST(CalibrationFit, KnownAnswerOnAnEvenCurve) {
@@ -248,6 +250,14 @@ TEST_F(CalibrationConfig, KeysRoundTripAndKeepTheModelsKeys) {
   ASSERT_TRUE(c.shape_advice_json);
   EXPECT_TRUE(c.unknown_skip_keys.empty());
   EXPECT_EQ(plan_export(c, {}).phases.prefill.threshold, Threshold::table(fit.deployed().table()));
+}
+
+TEST(CalibrationKeys, AreTheKeysTheUpdatesWrite) {
+  const PhaseFit fit = fit_phase(Phase::kDecode, three_bins(), std::nullopt);
+  const nlohmann::ordered_json updates = skip_key_updates(fit, ShapeAdvice{});
+  std::vector<std::string> written;
+  for (const auto& item : updates.items()) written.push_back(item.key());
+  EXPECT_EQ(written, calibration_skip_keys(Phase::kDecode));
 }
 
 TEST_F(CalibrationConfig, UnreachableDeployedTierDeploysDenseAndDropsTheTarget) {

@@ -430,8 +430,12 @@ TEST_F(CliAttendTest, BadInputFailsAndLeavesNoOutput) {
      [](auto& t, auto& a) { a.set("--out", t.path(".") + "/./q.npy"); }},
     {"threads", "--threads must lie in [0, 1024]",
      [](auto&, auto& a) { a.set("--threads", "20000"); }},
-    {"scale overflows float", "--softmax-scale must be positive and at most 2.3e38",
+    {"scale overflows float",
+     "--softmax-scale: softmax scale must be positive, with scale x log2(e) a nonzero finite float "
+     "(about 1e-45 to 2.36e38), got 1e+308",
      [](auto&, auto& a) { a.set("--softmax-scale", "1e308"); }},
+    {"scale underflows float", "a nonzero finite float (about 1e-45 to 2.36e38), got 1e-50",
+     [](auto&, auto& a) { a.set("--softmax-scale", "1e-50"); }},
     {"table number overflow", "number overflow parsing '1e999' (beyond a double's range)",
      [](auto& t, auto& a) {
        std::ofstream(t.path("T.json")) << "[[128, 1e999]]";

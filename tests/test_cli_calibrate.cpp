@@ -13,6 +13,7 @@
 
 #include "file_io.h"
 #include "npy.h"
+#include "skipsoftmax/threshold.h"
 #include "synthetic.h"
 #include "test_util.h"
 #include "tool_run.h"
@@ -116,6 +117,12 @@ TEST_F(CliCalibrate, RejectsBadFlagsBeforeAnyWork) {
   expect_fails("--phase decode --max-seqlen 512 --backend tpu" + ok, "unknown --backend 'tpu'");
   expect_fails("--phase decode --max-seqlen 512 --decode-steps 0" + ok, "--decode-steps");
   expect_fails("--phase decode --max-seqlen 512 --decode-splits 0" + ok, "--decode-splits");
+  expect_fails("--phase decode --max-seqlen 512 --decode-splits 129" + ok,
+               "--decode-splits must lie in [1, 128], got 129");
+  expect_fails("--phase decode --max-seqlen 512 --threads 1025" + ok,
+               "--threads must lie in [0, 1024] (0: every core), got 1025");
+  expect_fails("--phase prefill --max-seqlen 262144 --bin-min 4096",
+               "every 2048 is 127 bins; the GPU kernels take tables of at most 64 rows");
   expect_fails("--max-seqlen 512" + ok, "--phase is required");
   // The model's context length (1024) bounds the prompts.
   expect_fails("--phase prefill --max-seqlen 2048" + ok,
@@ -139,6 +146,38 @@ TEST_F(CliCalibrate, NamesAMissingOrAmbiguousModel) {
   expect_fails(flags, "several .gguf files (");
 }
 
+// What the run writes to is checked before the pass (which, on the tiny model, fails at its
+// tokenizer).
+TEST_F(CliCalibrate, ChecksItsOutputsBeforeThePass) {
+  const std::string flags = "--phase prefill --max-seqlen 512 --bin-min 512 ";
+  std::ofstream(dir_ / "file") << "x";
+  expect_fails(flags + "--cache-dir " + q(dir_ / "file"),
+               "--cache-dir " + (dir_ / "file").string() + ": exists and is not a directory");
+  expect_fails(flags + "--write-samples " + q(dir_ / "file"),
+               "--write-samples " + (dir_ / "file").string() + ": exists and is not a directory");
+  expect_fails(flags + "--write-samples ''", "--write-samples: an empty path");
+  expect_fails(flags + "--cache-dir " + q(dir_ / "file" / "cache"),
+               (dir_ / "file").string() + " is not a directory");
+  // A config this run could not write back is named before the pass, and before the cache's
+  // directory is made ...
+  std::ofstream(model() / "config.json") << "{\"skip_softmax_decode_scale_table\": 3}";
+  ToolRun r = run("--model-dir " + q(model()) + " " + flags + "--cache-dir " + q(dir_ / "cache"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("skip_softmax_decode_scale_table"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "cache"));
+  // ... but a key this run replaces is not held against it: a 65-row table of an old calibration.
+  std::string rows;
+  for (int i = 0; i <= kMaxKernelTableRows; ++i) {
+    rows += (i ? ", [" : "[") + std::to_string(512 + 64 * i) + ", 10]";
+  }
+  std::ofstream(model() / "config.json")
+      << "{\"skip_softmax_prefill_scale_table\": [" + rows + "]}";
+  r = run("--model-dir " + q(model()) + " " + flags);
+  EXPECT_NE(r.code, 0);  // the tiny model's tokenizer fails in the pass
+  EXPECT_EQ(r.err.find("rows; the GPU kernels take at most"), std::string::npos) << r.err;
+  std::ofstream(model() / "config.json") << kConfig;
+}
+
 TEST_F(CliCalibrate, AFailureAfterTheFlagChecksLeavesTheConfigAlone) {
   // The tiny model has no tokenizer merges: the run fails once it builds the prompts.
   expect_fails("--phase both --max-seqlen 512 --bin-min 256 --bin-step 256 --corpus-dir " + q(dir_),
@@ -150,8 +189,8 @@ TEST_F(CliCalibrate, AFailureAfterTheFlagChecksLeavesTheConfigAlone) {
 // check-tables: every flag and the checkpoint's tiers are checked before any prompt is built.
 TEST_F(CliCalibrate, CheckTablesRejectsBadFlagsBeforeAnyWork) {
   const auto check = [&](const std::string& flags, const std::string& message) {
-    const ToolRun r = test::run_tool("check-tables --model-dir " + q(model()) + " " + flags,
-                                     dir_ / "stderr.txt");
+    const ToolRun r =
+        test::run_tool("check-tables --model-dir " + q(model()) + " " + flags, dir_ / "stderr.txt");
     EXPECT_EQ(r.code, 1) << flags;
     EXPECT_NE(r.err.find(message), std::string::npos) << flags << "\nstderr: " << r.err;
   };

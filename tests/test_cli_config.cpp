@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "file_io.h"
+#include "skipsoftmax/threshold.h"
 #include "test_util.h"
 #include "tiny_gguf.h"
 #include "tool_run.h"
@@ -164,6 +165,15 @@ TEST_F(Cli, ExportBadTableFiles) {
   expect_export_fails(flag, "S must be finite and > 0");
   write(table, "[[8, 1], [16");
   expect_export_fails(flag, table.string() + ": malformed JSON at byte");
+  // A table the kernels would refuse at every launch is refused here, and in the checkpoint.
+  std::string rows;
+  for (int i = 0; i <= kMaxKernelTableRows; ++i) {
+    rows += (i ? ", [" : "[") + std::to_string(4096 + 2048 * i) + ", 100]";
+  }
+  write(table, "[" + rows + "]");
+  expect_export_fails(flag, table.string() + ": 65 rows; the GPU kernels take at most 64");
+  write(ckpt() / "config.json", "{\"skip_softmax_decode_scale_table\": [" + rows + "]}");
+  expect_export_fails("", "skip_softmax_decode_scale_table: 65 rows; the GPU kernels take at most");
 }
 
 TEST_F(Cli, ExportBadFlags) {

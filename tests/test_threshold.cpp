@@ -131,6 +131,7 @@ TEST(ScaleTable, RejectsBadRowsNamingTheRow) {
       {Rows{{1, -2.0}}, "S must be finite and > 0"},
       {Rows{{1, inf}}, "S must be finite and > 0"},
       {Rows{{1, nan}}, "S must be finite and > 0"},
+      {Rows{{2, 5e-324}}, "S must be finite and > 0 (at least 1e-45"},  // 0 in float
       {Rows{{10, 1.0}, {10, 2.0}},
        "row 1 [10, 2]: bins must be strictly increasing (previous bin 10)"},
       {Rows{{10, 1.0}, {5, 2.0}}, "bins must be strictly increasing"},

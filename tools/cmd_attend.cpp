@@ -26,6 +26,7 @@
 #include "skipsoftmax/reference.h"
 #include "skipsoftmax/threshold.h"
 #include "skipsoftmax/tiling.h"
+#include "softmax_scale.h"
 #include "table_json.h"
 
 namespace skipsoftmax::cli {
@@ -152,15 +153,9 @@ Settings parse_settings(const AttendArgs& a) {
   if (a.tile_k && *a.tile_k <= 0)
     fail("--tile-k must be positive, got " + std::to_string(*a.tile_k));
   check_threads(a.threads);
-  // The kernels take scale x log2(e) in float; the reference takes the same scales, so that a
-  // scale is refused or accepted by both backends alike (1e308 made the reference's rows NaN).
-  constexpr double kLog2e = 1.4426950408889634;
-  if (a.softmax_scale && !(std::isfinite(*a.softmax_scale) && *a.softmax_scale > 0 &&
-                           *a.softmax_scale * kLog2e <= std::numeric_limits<float>::max())) {
-    std::ostringstream msg;
-    msg << "--softmax-scale must be positive and at most 2.3e38 (scale x log2(e) in float), got "
-        << *a.softmax_scale;
-    fail(msg.str());
+  // Both backends take the kernels' scales (1e308 made the reference's rows NaN).
+  if (const std::string why = softmax_scale_problem(a.softmax_scale); !why.empty()) {
+    fail("--softmax-scale: " + why);
   }
   if (!a.stats.empty() && same_file(a.stats, a.out)) {
     fail("--stats " + a.stats + " and --out " + a.out + " name the same file");

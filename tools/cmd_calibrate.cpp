@@ -133,6 +133,20 @@ void run_calibrate(const CalibrateArgs& a) {
   const gguf::File file = gguf::File::open(gguf_path);
   const ModelConfig model = read_model_config(file);
   check_context(s, model);
+  // What the run writes to is checked before any work: the output directories, and the
+  // checkpoint's config.json, which must parse and keep valid skip keys once this run's keys
+  // replace theirs (a table of an old calibration that the kernels refuse is one it repairs).
+  if (!a.write_samples.empty()) check_output_directory(a.write_samples, "--write-samples");
+  if (s.cache_dir) check_output_directory(*s.cache_dir, "--cache-dir");
+  if (const fs::path config = model_dir / kConfigFileName;
+      a.write_samples.empty() && !a.dry_run && fs::exists(config)) {
+    nlohmann::ordered_json replaced = nlohmann::ordered_json::object();
+    for (Phase phase : kPhases) {
+      if (!s.phases[phase]) continue;
+      for (const std::string& key : calibration_skip_keys(phase)) replaced[key] = nullptr;
+    }
+    merge_skip_keys(read_text_file(config), replaced.dump(), config.string());
+  }
   s.prefill_tiles = prefill_vote_tiles(model.head_dim, KvOrder::kSinkThenReverse);
   s.decode_tile_k = decode_tile_k(model.head_dim);
   const StatsBackend backend = stats_backend(a.pass);
@@ -143,12 +157,7 @@ void run_calibrate(const CalibrateArgs& a) {
     write_samples(a.write_samples, s, corpus);
     return;
   }
-  // What the end of the run writes to is checked before it: the cache's directory, and the
-  // checkpoint's config.json, which must parse and keep valid skip keys once merged.
   if (s.cache_dir) ensure_output_directory(*s.cache_dir, "--cache-dir");
-  if (const fs::path config = model_dir / kConfigFileName; !a.dry_run && fs::exists(config)) {
-    merge_skip_keys(read_text_file(config), "{}", config.string());
-  }
 
   // The model's checksum keys the cache and checks the captures; it costs a read of the file.
   const std::unique_ptr<CaptureSource> source = capture_source(

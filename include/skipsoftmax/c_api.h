@@ -8,7 +8,9 @@
  * Scale tables: at most 64 rows, bins strictly increasing and below 2^31, S finite and > 0.
  *
  * Every call that fails returns a negative skipsoftmax_status and writes a message into error
- * (truncated to error_len, always terminated). Nothing is kept between calls: any thread may call. */
+ * (truncated to error_len, always terminated). No error state is kept between calls, and any
+ * thread may call (the multiprocessor count and the kernels' occupancy are read once, from the
+ * device current at the first call). */
 #ifndef SKIPSOFTMAX_C_API_H_
 #define SKIPSOFTMAX_C_API_H_
 
@@ -22,8 +24,9 @@ enum skipsoftmax_dtype { SKIPSOFTMAX_FP16 = 0, SKIPSOFTMAX_BF16 = 1 };
 enum skipsoftmax_kernel { SKIPSOFTMAX_AUTO = -1, SKIPSOFTMAX_DENSE = 0, SKIPSOFTMAX_SKIP = 1 };
 enum skipsoftmax_status {
   SKIPSOFTMAX_ERROR_ARGUMENT = -1, /* the arguments: fix them and call again */
-  SKIPSOFTMAX_ERROR_CUDA = -2,     /* a CUDA error, one left pending by earlier work included;
-                                      a sticky one means the context is lost */
+  SKIPSOFTMAX_ERROR_CUDA = -2,     /* a CUDA error; the library links its own CUDA runtime, so
+                                      errors pending in the caller's are not seen, but a sticky
+                                      one (the context is lost) from any work is */
   SKIPSOFTMAX_ERROR_INTERNAL = -3
 };
 
@@ -53,8 +56,8 @@ typedef struct skipsoftmax_prefill_args {
   int causal;
   double softmax_scale; /* finite; <= 0: 1 / sqrt(head_dim) */
   int kv_order;         /* 0 forward, 1 reverse, 2 sink then reverse */
-  /* Threshold: table_rows > 0 selects the table (bins strictly increasing, S > 0); otherwise
-   * flat_lambda in [0, 1) (0 is dense). */
+  /* Threshold: table_rows in [1, 64] selects the table (bins strictly increasing, S > 0); 0
+   * selects flat_lambda in [0, 1) (0 is dense). */
   int table_rows;
   const int64_t* table_bins;
   const double* table_scales;

@@ -73,8 +73,9 @@ std::size_t decode_workspace_size(const DecodeArguments& args);
 
 // Launches the decode (and combine) kernels on `stream`; `workspace` holds `workspace_bytes`
 // bytes, at least decode_workspace_size(args). Throws std::invalid_argument when can_implement
-// fails or the workspace is too small, std::runtime_error on a CUDA error (one left pending by
-// earlier work included). Returns the kernel family launched.
+// fails or the workspace is too small, std::runtime_error on a CUDA error (an error that earlier
+// work left pending is reported, and consumed, before the launch). Returns the kernel family
+// launched.
 KernelChoice run_decode(const DecodeArguments& args, void* workspace, std::size_t workspace_bytes,
                         void* stream);
 

@@ -77,8 +77,8 @@ KernelChoice prefill_kernel_choice(const PrefillArguments& args);
 std::size_t prefill_workspace_size(const PrefillArguments& args);
 
 // Launches the chosen kernel on `stream` (a cudaStream_t). Throws std::invalid_argument when
-// can_implement fails and std::runtime_error on a CUDA error (one left pending by earlier work
-// included). Returns the kernel it launched.
+// can_implement fails and std::runtime_error on a CUDA error (an error that earlier work left
+// pending is reported, and consumed, before the launch). Returns the kernel it launched.
 KernelChoice run_prefill(const PrefillArguments& args, void* workspace, void* stream);
 
 // Whether the calling thread's current CUDA device is one the kernels run on (compute

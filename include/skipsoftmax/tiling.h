@@ -71,7 +71,7 @@ constexpr TileRange prefill_kv_tile_range(std::int64_t q_begin, std::int64_t q_e
 }
 
 // Splits of a decode launch at most (the decode kernels' combine holds one log-sum-exp a split in
-// shared memory); the CPU reference and the tools take the same bound.
+// shared memory); the tools take the same bound for the CPU reference.
 inline constexpr int kMaxDecodeSplits = 128;
 
 // Split-KV decode: the KV tiles [0, n_tiles) are cut into num_splits contiguous ranges of

@@ -10,11 +10,11 @@
 #include <stdexcept>
 
 #include "../common/families.h"
-#include "../common/softmax_scale.h"
 #include "../common/tensor_map.h"
 #include "../common/threshold_host.h"
 #include "decode_launch.cuh"
 #include "skipsoftmax/decode.h"
+#include "softmax_scale.h"
 
 namespace skipsoftmax {
 namespace {
@@ -108,13 +108,13 @@ int decode_num_splits(const DecodeArguments& a) {
   if (a.num_splits > 0) return a.num_splits;
   const int per_sm = ctas_per_sm(a);
   const int slots = multiprocessors() * per_sm;
-  const int ctas = std::max(1, a.batch * a.num_heads_kv);
+  // (sequence, KV head) pairs, in 64 bits: up to 65535 x 65535, and multiplied by splits below.
+  const std::int64_t ctas = std::max<std::int64_t>(1, std::int64_t{a.batch} * a.num_heads_kv);
   // With a window the new tokens see window + q_len - 1 keys, from a tile boundary.
-  const int keys =
-      a.window > 0
-          ? static_cast<int>(std::min<std::int64_t>(
-                a.max_seq_len, std::int64_t{a.window} + a.q_len - 1 + decode::kTileK))
-          : a.max_seq_len;
+  const int keys = a.window > 0
+                       ? static_cast<int>(std::min<std::int64_t>(
+                             a.max_seq_len, std::int64_t{a.window} + a.q_len - 1 + decode::kTileK))
+                       : a.max_seq_len;
   const int n_tiles = (keys + decode::kTileK - 1) / decode::kTileK;
   const int most = std::max(1, n_tiles / 4);
   // The fewest splits of the same tiles each as s splits.
@@ -124,11 +124,12 @@ int decode_num_splits(const DecodeArguments& a) {
   };
   // One wave of ctas_per_sm CTAs a multiprocessor.
   const auto one_wave = [&](int ctas_per_sm) {
-    return fewest(std::clamp(multiprocessors() * ctas_per_sm / ctas, 1, most));
+    return fewest(static_cast<int>(
+        std::clamp<std::int64_t>(multiprocessors() * ctas_per_sm / ctas, 1, most)));
   };
   // The share of its waves' slots that a launch of s splits fills.
   const auto filled = [&](int s) {
-    const int waves = (ctas * s + slots - 1) / slots;
+    const std::int64_t waves = (ctas * s + slots - 1) / slots;
     return static_cast<double>(ctas * s) / (static_cast<double>(waves) * slots);
   };
   int splits = one_wave(std::min(per_sm, 2));
@@ -152,7 +153,7 @@ int decode_num_splits(const DecodeArguments& a) {
     }
   }
   if (kernel_for(a) == KernelChoice::kSkip) {
-    const int finest = std::min(4 * slots / ctas, n_tiles / 64);
+    const int finest = static_cast<int>(std::min<std::int64_t>(4 * slots / ctas, n_tiles / 64));
     for (int s = finest; s > splits; --s) {
       if (filled(s) >= 0.9) {
         splits = s;
@@ -221,7 +222,7 @@ std::string can_implement(const DecodeArguments& a) {
                  16 !=
              0) {
     why << "q, out and the pages must be 16-byte aligned";
-  } else if (const std::string s = common::softmax_scale_problem(a.softmax_scale); !s.empty()) {
+  } else if (const std::string s = softmax_scale_problem(a.softmax_scale); !s.empty()) {
     why << s;
   } else if (a.window < 0) {
     why << "sliding window must be >= 0 (0: none), got " << a.window;
@@ -281,10 +282,10 @@ KernelChoice run_decode(const DecodeArguments& a, void* workspace, std::size_t w
   // L2 fills of the boxes' 128-byte rows, not 256: with 256-byte promotion the dense kernel ran
   // 5-7% slower (64 x 32k and 8 x 32k, run 66), with none or 128 bytes at the cp.async rate.
   constexpr CUtensorMapL2promotion kPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
-  p.tma_k = common::make_tensor_map("decode", a.kv.k_pages, cache_rows, a.num_heads_kv,
-                                    a.head_dim, decode::kSliceKeys, a.dtype, kPromotion);
-  p.tma_v = common::make_tensor_map("decode", a.kv.v_pages, cache_rows, a.num_heads_kv,
-                                    a.head_dim, decode::kSliceKeys, a.dtype, kPromotion);
+  p.tma_k = common::make_tensor_map("decode", a.kv.k_pages, cache_rows, a.num_heads_kv, a.head_dim,
+                                    decode::kSliceKeys, a.dtype, kPromotion);
+  p.tma_v = common::make_tensor_map("decode", a.kv.v_pages, cache_rows, a.num_heads_kv, a.head_dim,
+                                    decode::kSliceKeys, a.dtype, kPromotion);
   p.page_table = a.kv.page_table;
   p.seq_lens = a.seq_lens;
   p.max_pages_per_seq = a.kv.max_pages_per_seq;
@@ -296,7 +297,7 @@ KernelChoice run_decode(const DecodeArguments& a, void* workspace, std::size_t w
   p.q_len = a.q_len;
   p.num_splits = splits;
   p.window = a.window;
-  p.scale_log2 = common::scale_log2(a.softmax_scale, a.head_dim);
+  p.scale_log2 = scale_log2(a.softmax_scale, a.head_dim);
   p.threshold = common::to_device(a.threshold);
   if (splits > 1) {
     p.partial_o = static_cast<float*>(workspace);

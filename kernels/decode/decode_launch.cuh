@@ -10,8 +10,11 @@
 
 namespace skipsoftmax::decode {
 
+// A failed call is reported once: its error is consumed, so that the next call does not read it
+// back as its own.
 inline void check_launch(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {
+    cudaGetLastError();
     throw std::runtime_error(std::string("decode: ") + what + ": " + cudaGetErrorString(err));
   }
 }
@@ -23,7 +26,7 @@ void launch(const Params& params, int batch, cudaStream_t stream) {
   check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                "cudaFuncSetAttribute");
   // An error left pending by earlier work would otherwise be read back as this launch's own.
-  check_launch(cudaPeekAtLastError(), "an error pending before the launch");
+  check_launch(cudaGetLastError(), "an error pending before the launch");
   const dim3 grid(params.num_splits, params.num_heads_kv, batch);
   kernel<<<grid, Config<kHeadDim>::kThreads, kSmem, stream>>>(params);
   check_launch(cudaGetLastError(), "launch");

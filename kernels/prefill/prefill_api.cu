@@ -9,11 +9,11 @@
 #include <stdexcept>
 
 #include "../common/families.h"
-#include "../common/softmax_scale.h"
 #include "../common/tensor_map.h"
 #include "../common/threshold_host.h"
 #include "prefill_launch.cuh"
 #include "skipsoftmax/prefill.h"
+#include "softmax_scale.h"
 
 namespace skipsoftmax {
 namespace {
@@ -109,7 +109,7 @@ std::string can_implement(const PrefillArguments& a) {
                  16 !=
              0) {
     why << "q, k, v (or the pages) and out must be 16-byte aligned";
-  } else if (const std::string s = common::softmax_scale_problem(a.softmax_scale); !s.empty()) {
+  } else if (const std::string s = softmax_scale_problem(a.softmax_scale); !s.empty()) {
     why << s;
   } else if (const std::string t = common::device_threshold_problem(a.threshold); !t.empty()) {
     why << t;
@@ -154,7 +154,7 @@ KernelChoice run_prefill(const PrefillArguments& a, void*, void* stream) {
   p.num_heads_q = a.num_heads_q;
   p.num_heads_kv = a.num_heads_kv;
   p.num_m_blocks = static_cast<int>((std::int64_t{a.max_seqlen_q} + block_m - 1) / block_m);
-  p.scale_log2 = common::scale_log2(a.softmax_scale, a.head_dim);
+  p.scale_log2 = scale_log2(a.softmax_scale, a.head_dim);
   p.kv_order = static_cast<int>(a.kv_order);
   p.threshold = common::to_device(a.threshold);
   p.stats = a.stats;

@@ -18,11 +18,13 @@ void launch(const Params& params, cudaStream_t stream) {
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) {
+    cudaGetLastError();  // reported once, here
     throw std::runtime_error(std::string("prefill: cudaFuncSetAttribute: ") +
                              cudaGetErrorString(err));
   }
-  // An error left pending by earlier work would otherwise be read back as this launch's own.
-  err = cudaPeekAtLastError();
+  // An error left pending by earlier work would otherwise be read back as this launch's own;
+  // reading it consumes it.
+  err = cudaGetLastError();
   if (err != cudaSuccess) {
     throw std::runtime_error(std::string("prefill: an error pending before the launch: ") +
                              cudaGetErrorString(err));

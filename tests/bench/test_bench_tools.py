@@ -393,6 +393,13 @@ class Captures(unittest.TestCase):
             self.write_layer(folder, layer, hq=6, hkv=2)
         with self.assertRaisesRegex(ValueError, "--input-layers 0-2"):
             load_capture(folder)
+        # Gemma 3's global layers are not contiguous: a list, which --input-layers parses.
+        other = temp_dir(self)
+        for layer in (5, 11, 17):
+            self.write_layer(other, layer, hq=6, hkv=2)
+        with self.assertRaisesRegex(ValueError, "--input-layers 5,11,17$"):
+            load_capture(other)
+        self.assertEqual(parse_layers("5,11,17"), [5, 11, 17])
 
     def test_layer_lists(self):
         self.assertEqual(parse_layers("0-3"), [0, 1, 2, 3])
@@ -445,6 +452,10 @@ class CApiMirrors(unittest.TestCase):
 
     def test_mirrors_match_the_library(self):
         lib = ctypes.CDLL(os.environ["SKIPSOFTMAX_CAPI"])
+        lib.skipsoftmax_version.restype = ctypes.c_char_p
+        mirrored = re.search(r'^C_API = "([0-9.]+)"', (BENCH / "compare_sdpa.py").read_text(),
+                             re.M).group(1)
+        self.assertEqual(lib.skipsoftmax_version().decode().split(".")[:2], mirrored.split("."))
         for script, name, init in (("compare_sdpa.py", "PrefillArgs", "prefill"),
                                    ("decode_sdpa.py", "DecodeArgs", "decode")):
             args = ctypes_mirror(script, name)()

@@ -17,10 +17,10 @@ int main(void) {
   memset(&prefill, 0x5a, sizeof prefill);
   skipsoftmax_prefill_args_init(&prefill);
   if (prefill.struct_size != sizeof prefill || prefill.dtype != SKIPSOFTMAX_BF16 ||
-      prefill.head_dim != 128 || prefill.causal != 1 ||
-      prefill.kv_order != 2 || prefill.force_kernel != SKIPSOFTMAX_AUTO || prefill.q != NULL ||
-      prefill.table_rows != 0 || prefill.flat_lambda != 0.0 || prefill.softmax_scale != 0.0 ||
-      prefill.stats != NULL || prefill.k_pages != NULL || prefill.window != 0) {
+      prefill.head_dim != 128 || prefill.causal != 1 || prefill.kv_order != 2 ||
+      prefill.force_kernel != SKIPSOFTMAX_AUTO || prefill.q != NULL || prefill.table_rows != 0 ||
+      prefill.flat_lambda != 0.0 || prefill.softmax_scale != 0.0 || prefill.stats != NULL ||
+      prefill.k_pages != NULL || prefill.window != 0) {
     fprintf(stderr, "FAILED: skipsoftmax_prefill_args_init sets the C++ defaults\n");
     ++failures;
   }
@@ -190,7 +190,21 @@ int main(void) {
     }
     args.table_rows = 0;
   }
+  args.workspace_bytes = -1;
+  if (skipsoftmax_decode(&args, NULL, error, sizeof error) != SKIPSOFTMAX_ERROR_ARGUMENT ||
+      strstr(error, "workspace_bytes must be >= 0") == NULL) {
+    fprintf(stderr, "FAILED: a negative workspace_bytes is refused (got \"%s\")\n", error);
+    ++failures;
+  }
+  args.workspace_bytes = 0;
   /* A struct of another size (a caller built against another c_api.h) is refused by name. */
+  prefill.struct_size = 0;
+  if (skipsoftmax_prefill_can_implement(&prefill, error, sizeof error) !=
+          SKIPSOFTMAX_ERROR_ARGUMENT ||
+      strstr(error, "skipsoftmax_prefill_args.struct_size is 0") == NULL) {
+    fprintf(stderr, "FAILED: a zeroed prefill struct is refused (got \"%s\")\n", error);
+    ++failures;
+  }
   args.struct_size = (uint32_t)sizeof args - 8;
   if (skipsoftmax_decode(&args, NULL, error, sizeof error) != SKIPSOFTMAX_ERROR_ARGUMENT ||
       strstr(error, "struct_size") == NULL) {

@@ -349,7 +349,7 @@ TEST(GpuDecode, SkipLaunchesSplitFinerThanDenseOnes) {
   EXPECT_EQ(splits(64, 32768, dense), 1);
   EXPECT_EQ(splits(64, 32768, skip), 2);  // 4 waves of 264 CTAs
   EXPECT_EQ(splits(8, 32768, dense), 4);
-  EXPECT_EQ(splits(8, 32768, skip), 8);  // 64 tiles a split
+  EXPECT_EQ(splits(8, 32768, skip), 8);    // 64 tiles a split
   EXPECT_EQ(splits(4, 32768, dense), 8);   // two CTAs per SM: 64 tiles a split
   EXPECT_EQ(splits(2, 32768, dense), 16);  // 32 tiles a split
   EXPECT_EQ(splits(2, 32768, skip), 16);
@@ -364,7 +364,7 @@ TEST(GpuDecode, SkipLaunchesSplitFinerThanDenseOnes) {
   EXPECT_EQ(splits(1, 4096, dense), 16);  // 4 tiles a split
   EXPECT_EQ(splits(1, 4096, skip), 16);
   EXPECT_EQ(splits(1, 32768, dense, 256), 16);  // one CTA per SM holds a head dim 256 tile
-  EXPECT_EQ(splits(48, 32768, dense), 2);  // 384 CTAs: 1.45 waves; 2 splits fill 97% of 3
+  EXPECT_EQ(splits(48, 32768, dense), 2);       // 384 CTAs: 1.45 waves; 2 splits fill 97% of 3
   // Head dim 64: three CTAs per SM. 512 CTAs on 396 slots fill 65% of 2 waves, 1,536 97% of 4.
   EXPECT_EQ(splits(64, 32768, dense, 64), 3);
   EXPECT_EQ(splits(64, 32768, skip, 64), 3);
@@ -375,10 +375,10 @@ TEST(GpuDecode, SkipLaunchesSplitFinerThanDenseOnes) {
   // rounded down give 2 splits, 180 CTAs; at head dim 64 three fit, and 3 splits fill them better.
   EXPECT_EQ(splits(30, 8192, dense, 64, 3), 3);
   EXPECT_EQ(splits(30, 8192, skip, 64, 3), 4);  // skip launches fill all three: 360 CTAs
-  EXPECT_EQ(splits(1, 32768, skip, 64), 47);      // 11 tiles a split, against dense's 32 of 16
+  EXPECT_EQ(splits(1, 32768, skip, 64), 47);    // 11 tiles a split, against dense's 32 of 16
   EXPECT_EQ(splits(2, 32768, skip, 64), 24);
   EXPECT_EQ(splits(1, 8192, skip, 64), 16);  // three a multiprocessor would leave 4 tiles a split
-  EXPECT_EQ(splits(30, 8192, dense, 128, 3), 2);  // two a multiprocessor at most: one wave
+  EXPECT_EQ(splits(30, 8192, dense, 128, 3), 2);   // two a multiprocessor at most: one wave
   EXPECT_EQ(splits(16, 32768, dense, 64, 1), 16);  // 256 CTAs fill the wave of two a multiprocessor
   DecodeArguments forced;
   forced.batch = 64;
@@ -515,8 +515,15 @@ TEST(GpuDecode, CanImplementNamesTheProblem) {
   EXPECT_NE(can_implement(bad).find("must be at most 65535"), std::string::npos)
       << can_implement(bad);
   bad = a;
+  bad.num_heads_q = bad.num_heads_kv = 70000;
+  EXPECT_NE(can_implement(bad).find("must be at most 65535"), std::string::npos)
+      << can_implement(bad);
+  bad = a;
+  bad.softmax_scale = 1e-50;
+  EXPECT_NE(can_implement(bad).find("got 1e-50"), std::string::npos) << can_implement(bad);
+  bad = a;
   bad.softmax_scale = 1e39;
-  EXPECT_NE(can_implement(bad).find("in float"), std::string::npos) << can_implement(bad);
+  EXPECT_NE(can_implement(bad).find("finite float"), std::string::npos) << can_implement(bad);
   bad = a;
   bad.kv.num_pages = std::int64_t{1} << 60;
   EXPECT_NE(can_implement(bad).find("num_pages * page_size"), std::string::npos);

@@ -273,17 +273,20 @@ TEST(GpuPrefill, CanImplementNamesTheProblem) {
     change(b);
     return can_implement(b);
   };
-  EXPECT_NE(problem([](PrefillArguments& b) { b.paged_kv.page_table = dummy; })
-                .find("paged_kv is set but its k_pages is NULL"),
+  EXPECT_NE(problem([](PrefillArguments& b) {
+              b.paged_kv.page_table = dummy;
+            }).find("paged_kv is set but its k_pages is NULL"),
             std::string::npos);
   EXPECT_NE(problem([](PrefillArguments& b) { b.max_seqlen_q = 5000; }).find("cannot exceed"),
             std::string::npos);
   EXPECT_NE(problem([](PrefillArguments& b) { b.max_seqlen_k = 5000; }).find("cannot exceed"),
             std::string::npos);
-  EXPECT_NE(problem([](PrefillArguments& b) { b.batch = 70000; b.total_q = b.total_k = 1 << 20; })
-                .find("must be at most 65535"),
+  EXPECT_NE(problem([](PrefillArguments& b) {
+              b.batch = 70000;
+              b.total_q = b.total_k = 1 << 20;
+            }).find("must be at most 65535"),
             std::string::npos);
-  EXPECT_NE(problem([](PrefillArguments& b) { b.softmax_scale = 1e39; }).find("in float"),
+  EXPECT_NE(problem([](PrefillArguments& b) { b.softmax_scale = 1e39; }).find("finite float"),
             std::string::npos);
   EXPECT_NE(problem([](PrefillArguments& b) {
               b.paged_kv = {dummy, dummy, 1 << 20, 64, dummy, 1 << 15};

@@ -1,11 +1,13 @@
-// The softmax scale as both kernel families take it: scale * log2(e), in float.
+// The softmax scale as both kernel families take it: scale * log2(e), in float. The tools apply
+// the same rule to the CPU reference, so that both backends take the same scales.
 #pragma once
 
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <string>
 
-namespace skipsoftmax::common {
+namespace skipsoftmax {
 
 inline constexpr double kLog2e = 1.4426950408889634;  // log2(e)
 
@@ -20,10 +22,14 @@ inline std::string softmax_scale_problem(const std::optional<double>& scale) {
   if (!scale) return {};
   const float log2_scale = static_cast<float>(*scale * kLog2e);
   if (!(std::isfinite(*scale) && *scale > 0 && std::isfinite(log2_scale) && log2_scale > 0.f)) {
-    return "softmax scale must be finite and > 0 in float (scale x log2(e) in (0, 3.4e38)), got " +
-           std::to_string(*scale);
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", *scale);
+    return std::string(
+               "softmax scale must be positive, with scale x log2(e) a nonzero finite float "
+               "(about 1e-45 to 2.36e38), got ") +
+           got;
   }
   return {};
 }
 
-}  // namespace skipsoftmax::common
+}  // namespace skipsoftmax
