@@ -430,6 +430,29 @@ ExportPlan plan_export(const CheckpointConfig& checkpoint, const PerPhase<PhaseF
   return plan;
 }
 
+std::vector<std::string> table_cautions(const PerPhase<ResolvedPhase>& phases) {
+  std::vector<std::string> out;
+  for (Phase phase : kPhases) {
+    const Threshold& t = phases[phase].threshold;
+    if (t.kind() != Threshold::Kind::kTable) continue;
+    const std::vector<ScaleTableRow>& rows = t.scale_table().rows();
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const ScaleTableRow& row = rows[i];
+      const double first = std::floor(row.scale) + 1;  // the row's first length past S
+      const bool reached =
+          i + 1 == rows.size() || first < static_cast<double>(rows[i + 1].seqlen_bin);
+      if (row.scale < static_cast<double>(row.seqlen_bin) || !reached) continue;
+      std::ostringstream line;
+      line << to_string(phase) << " table row [" << row.seqlen_bin << ", " << row.scale
+           << "]: S is not below its bin, so its lengths up to " << std::floor(row.scale)
+           << " run dense and " << first << " skips at lambda " << row.scale / first
+           << ", where nearly every tile below the running maximum is skipped";
+      out.push_back(line.str());
+    }
+  }
+  return out;
+}
+
 std::string engine_config_json(const fs::path& checkpoint_dir, const CheckpointConfig& checkpoint,
                                const ExportPlan& plan, const WeightsRef* weights) {
   ordered_json j = ordered_json::object();

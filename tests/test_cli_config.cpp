@@ -68,10 +68,21 @@ class Cli : public test::TempDirTest {
   }
 };
 
+// table_cautions' lines for the fixture's deployed tables.
+const std::string kPrefillCaution =
+    "prefill table row [1024, 2048]: S is not below its bin, so its lengths up to 2048 run dense "
+    "and 2049 skips at lambda 0.999512, where nearly every tile below the running maximum is "
+    "skipped";
+const std::string kDecodeCaution =
+    "decode table row [1, 500.5]: S is not below its bin, so its lengths up to 500 run dense and "
+    "501 skips at lambda 0.999002, where nearly every tile below the running maximum is skipped";
+
 TEST_F(Cli, ExportWithoutFlagsDeploysTheCheckpointTier) {
   const ToolRun r = export_with("");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.err, "");
+  // The fixture's tables keep S at or above a bin (to test the guard): export says so.
+  EXPECT_EQ(r.err, "skipsoftmax export: note: " + kPrefillCaution +
+                       "\nskipsoftmax export: note: " + kDecodeCaution + "\n");
   EXPECT_NE(r.out.find("wrote "), std::string::npos);
   const json j = engine_config();
   EXPECT_EQ(j.at("checkpoint_dir"), fs::canonical(ckpt()).string());
@@ -123,7 +134,8 @@ TEST_F(Cli, ExportNotesAnOverriddenFlagOnStderr) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.err,
             "skipsoftmax export: note: --prefill-target-sparsity 50% is overridden by "
-            "--skip-softmax-prefill-threshold 0.1\n");
+            "--skip-softmax-prefill-threshold 0.1\nskipsoftmax export: note: " +
+                kDecodeCaution + "\n");
   EXPECT_EQ(engine_config().at("skip_softmax_prefill_threshold"), 0.1);
 }
 
@@ -256,7 +268,9 @@ TEST_F(Cli, InspectCheckpointText) {
                                "  table (seqlen_bin, S):\n"
                                "    1, 500.5\n"
                                "  tiers available: 60% (first skippable length 64)\n"
-                               "shape advice: {\"tile_q\":128}\n";
+                               "shape advice: {\"tile_q\":128}\n"
+                               "note: " +
+                               kPrefillCaution + "\nnote: " + kDecodeCaution + "\n";
   EXPECT_EQ(r.out, expected);
 }
 

@@ -329,6 +329,22 @@ TEST(EngineConfig, HoldsTheResolvedPhasesAndTheModelConfig) {
   EXPECT_EQ(j.size(), 6u);
 }
 
+TEST(TableCautions, NameRowsWhoseSIsNotBelowTheirBin) {
+  PerPhase<ResolvedPhase> phases;
+  // Calibrated shape: S below every bin, no caution.
+  phases.prefill.threshold = Threshold::table(ScaleTable({{4096, 1000.0}, {6144, 1500.0}}));
+  EXPECT_TRUE(table_cautions(phases).empty());
+  // Row 0 runs dense up to 2048, then skips at 2048 / 2049; row 1's S lies past its row's end.
+  phases.decode.threshold =
+      Threshold::table(ScaleTable({{1024, 2048.0}, {4096, 9000.0}, {8192, 10.0}}));
+  const std::vector<std::string> cautions = table_cautions(phases);
+  ASSERT_EQ(cautions.size(), 1u);
+  EXPECT_NE(cautions[0].find("decode table row [1024, 2048]: S is not below its bin, so its "
+                             "lengths up to 2048 run dense and 2049 skips at lambda 0.9995"),
+            std::string::npos)
+      << cautions[0];
+}
+
 TEST(EngineConfig, DensePhaseHasOnlyItsSource) {
   const CheckpointConfig checkpoint = parse_checkpoint_config("{}", "c");
   const json j = json::parse(engine_config_json("/abs", checkpoint, plan_export(checkpoint, {})));

@@ -54,6 +54,9 @@ void run_export(const ExportOptions& o) {
   for (const std::string& note : plan.notes) {
     std::cerr << "skipsoftmax export: note: " << note << '\n';
   }
+  for (const std::string& caution : table_cautions(plan.phases)) {
+    std::cerr << "skipsoftmax export: note: " << caution << '\n';
+  }
   std::cout << "wrote " << (std::filesystem::path(o.engine_dir) / kConfigFileName).string() << '\n';
   for (Phase phase : kPhases) {
     const ResolvedPhase& r = plan.phases[phase];

@@ -42,12 +42,14 @@ View inspect(const fs::path& dir) {
     v.checkpoint_dir = engine.checkpoint_dir;
     v.phases = engine.phases;
     v.weights = engine.weights;
+    v.notes = table_cautions(v.phases);
     return v;
   }
   v.checkpoint = load_checkpoint_config(dir);
   ExportPlan plan = plan_export(*v.checkpoint, {});
   v.phases = plan.phases;
   v.notes = plan.notes;
+  for (std::string& caution : table_cautions(plan.phases)) v.notes.push_back(std::move(caution));
   return v;
 }
 

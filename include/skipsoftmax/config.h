@@ -148,6 +148,12 @@ struct ExportPlan {
   std::vector<std::string> notes;  // one line each: overridden flags, unread checkpoint keys
 };
 
+// Cautions about the deployed tables of `phases`, one line each: a row whose S is not below its
+// bin runs its lengths up to S dense and then skips at lambda = S / L close to 1, where nearly
+// every tile below the running maximum is skipped (a calibrated table keeps S below its bin; a
+// hand-edited one may not).
+std::vector<std::string> table_cautions(const PerPhase<ResolvedPhase>& phases);
+
 // Resolves each phase independently by the precedence above. Throws std::invalid_argument for
 // conflicting flags, a malformed or unknown tier (the message lists the tiers available), or a
 // checkpoint target_sparsity whose tier is missing.
