@@ -45,6 +45,29 @@ struct CodePoint {
   Kind kind;
 };
 
+}  // namespace
+
+std::optional<std::size_t> invalid_utf8_at(std::string_view text) {
+  const auto* s = reinterpret_cast<const std::uint8_t*>(text.data());
+  // U8_NEXT counts in int32: a text of 2 GiB or more is checked in pieces that end on a lead byte.
+  std::size_t base = 0;
+  while (base < text.size()) {
+    std::size_t end = std::min(text.size(), base + (std::size_t{1} << 30));
+    while (end < text.size() && (s[end] & 0xC0) == 0x80) ++end;
+    const auto n = static_cast<std::int32_t>(end - base);
+    for (std::int32_t i = 0; i < n;) {
+      const std::int32_t at = i;
+      UChar32 c;
+      U8_NEXT(s + base, i, n, c);
+      if (c < 0) return base + static_cast<std::size_t>(at);
+    }
+    base = end;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
 std::vector<CodePoint> code_points(std::string_view text) {
   std::vector<CodePoint> out;
   const auto* s = reinterpret_cast<const std::uint8_t*>(text.data());

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -77,6 +78,10 @@ class Tokenizer {
 // Picks the tokenizer by tokenizer.ggml.model; throws std::runtime_error when the file has no
 // tokenizer or one of another kind.
 std::unique_ptr<Tokenizer> load_tokenizer(const gguf::File& file);
+
+// The byte offset of the first sequence in `text` that is not UTF-8, or none. (The tokenizers
+// take such bytes as they come; the tools that read "a text" refuse a file that is not one.)
+std::optional<std::size_t> invalid_utf8_at(std::string_view text);
 
 class BpeTokenizer final : public Tokenizer {
  public:

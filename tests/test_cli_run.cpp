@@ -161,6 +161,10 @@ TEST_F(CliRun, CaptureErrors) {
   expect_fails(capture_args("--tokens 50 --layers 0"),
                "text.txt: 43 tokens, fewer than --tokens 50");
   expect_fails(capture_args("--tokens 5 --layers 0 --dtype bf16"), "--dtype bf16");
+  write(dir_ / "binary.txt", std::string("A text") + "\xff\xfe" + " with bytes no UTF-8 has");
+  expect_fails("capture --model-dir " + q(ckpt()) + " --text " + q(dir_ / "binary.txt") +
+                   " --tokens 5 --layers 0 --out-dir " + q(captures()),
+               "binary.txt: not UTF-8 text (an invalid byte at 6)");
   expect_fails("capture --model-dir " + q(dir_ / "none") + " --text " + q(text()) +
                    " --tokens 5 --layers 0 --out-dir " + q(captures()),
                "none: no such checkpoint directory");

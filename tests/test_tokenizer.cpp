@@ -18,6 +18,15 @@ nlohmann::json cases() {
                         "smollm2_tokenizer_cases.json")["cases"];
 }
 
+TEST(Utf8, FirstInvalidByte) {
+  EXPECT_EQ(invalid_utf8_at("plain text, \xc3\xa9t\xc3\xa9 and \xe2\x80\x94 dashes"), std::nullopt);
+  EXPECT_EQ(invalid_utf8_at(""), std::nullopt);
+  EXPECT_EQ(invalid_utf8_at("ab\xff"), 2u);
+  EXPECT_EQ(invalid_utf8_at("ok \xc3"), 3u);     // a lead byte cut off at the end
+  EXPECT_EQ(invalid_utf8_at("x\xc0\xafy"), 1u);  // an overlong form of '/'
+  EXPECT_EQ(invalid_utf8_at("\xed\xa0\x80 surrogate"), 0u);
+}
+
 TEST(BpeTokenizer, PreTokenizerMatchesHfTokenizers) {
   int n = 0;
   for (const auto& c : cases()) {

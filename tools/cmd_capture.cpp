@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "file_io.h"
 #include "model_text.h"
 #include "npy.h"
+#include "tokenizer.h"
 
 namespace skipsoftmax::cli {
 namespace {
@@ -92,6 +94,10 @@ void capture(const CaptureArgs& a) {
     throw std::invalid_argument("nothing to capture: give --layers and/or --logits");
   }
   const std::string text = read_text_file(a.text_file);
+  if (const std::optional<std::size_t> at = invalid_utf8_at(text)) {
+    throw std::invalid_argument("--text " + a.text_file + ": not UTF-8 text (an invalid byte at " +
+                                std::to_string(*at) + ")");
+  }
   const ModelText model_text(file);
   std::vector<std::int32_t> ids = model_text.encode(text);
   if (static_cast<int>(ids.size()) < a.tokens) {
