@@ -11,6 +11,13 @@
 
 namespace skipsoftmax::bench {
 
+// The command a benchmark was started with, for its record.
+inline std::string command_line(int argc, char** argv) {
+  std::string command;
+  for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+  return command;
+}
+
 // Writes j to `path` (nothing when it is empty) with the command, revision and GPU added.
 inline void write_record(nlohmann::json j, const std::string& path, const std::string& command) {
   if (path.empty()) return;

@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--json", o.json, "Write the results here");
   CLI11_PARSE(app, argc, argv);
-  for (int i = 0; i < argc; ++i) o.command += (i ? " " : "") + std::string(argv[i]);
+  o.command = bench::command_line(argc, argv);
   try {
     if (!hopper_gpu_available()) throw std::runtime_error("no Hopper GPU");
     std::printf("%s, %s, Hq=%d Hkv=%d D=%d, %s, KV order %s, median of %d interleaved\n",

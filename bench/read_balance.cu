@@ -781,7 +781,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--json", o.json, "Write the results here");
   CLI11_PARSE(app, argc, argv);
-  for (int i = 0; i < argc; ++i) o.command += (i ? " " : "") + std::string(argv[i]);
+  o.command = bench::command_line(argc, argv);
   try {
     if (!o.json.empty()) check_output_file(o.json);
     bench::write_record(run(o), o.json, o.command);

@@ -578,7 +578,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--json", o.json, "Write the results here");
   CLI11_PARSE(app, argc, argv);
-  for (int i = 0; i < argc; ++i) o.command += (i ? " " : "") + std::string(argv[i]);
+  o.command = bench::command_line(argc, argv);
   try {
     if (o.length % kRows != 0) throw std::invalid_argument("--length must be a multiple of 128");
     if (o.heads_q % o.heads_kv != 0) {
