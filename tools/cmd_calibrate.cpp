@@ -157,7 +157,6 @@ void run_calibrate(const CalibrateArgs& a) {
     write_samples(a.write_samples, s, corpus);
     return;
   }
-  if (s.cache_dir) ensure_output_directory(*s.cache_dir, "--cache-dir");
 
   // The model's checksum keys the cache and checks the captures; it costs a read of the file.
   const std::unique_ptr<CaptureSource> source = capture_source(
