@@ -2,7 +2,8 @@
 reader of CUTLASS's example (bench/cutlass_peer.py), against stand-ins for the programs they run,
 the process runner (bench/processes.py), the order statistics of the side-by-side benchmarks and
 their summary over processes (bench/timing_stats.py), the reader of
-captured Q/K/V (bench/captures.py), the channel-box bound of bench/box_bound_study.py, and the
+captured Q/K/V (bench/captures.py), the channel-box bound of bench/box_bound_study.py, the cost
+model of bench/dense_prefix_study.py, and the
 side-by-side scripts' ctypes mirrors of the C API's argument structs (with SKIPSOFTMAX_CAPI, the
 library built beside them)."""
 import ctypes
@@ -28,7 +29,8 @@ try:
     import numpy as np
     from box_bound_study import box_bounds, count
     from captures import load_capture, parse_layers
-except ImportError:  # numpy absent: the capture reader's and the box bound's tests skip
+    from dense_prefix_study import leading_kept, slice_cost, slice_verdicts
+except ImportError:  # numpy absent: the capture reader's and the CPU studies' tests skip
     np = None
 
 
@@ -434,6 +436,36 @@ class BoxBound(unittest.TestCase):
         visited, skipped, proven = count(q, k, 1e-3, [256, 448], 64, 1.0, boxes=(64, 16))
         self.assertGreater(skipped, 0)
         self.assertEqual(proven, {64: skipped, 16: skipped})
+
+
+@unittest.skipIf(np is None, "numpy is not installed")
+class DensePrefix(unittest.TestCase):
+    def test_slices_are_visited_sink_first_then_the_diagonal_back(self):
+        # A tiny far field, and two keys as strong as each other: the sink (key 0) and key 300,
+        # in tile 4 of 64 keys. Only their tiles are kept, wherever the visit order puts them:
+        # sink-reverse visits tile 0, then the diagonal tile, then back towards tile 1.
+        rng = np.random.default_rng(3)
+        q = np.abs(rng.standard_normal((512, 8))) + 1
+        k = 1e-3 * rng.standard_normal((512, 8))
+        k[0] = k[300] = 10
+        slices = slice_verdicts(q, k, 1e-3, [0, 256, 448], 64, 1.0)
+        kept = [list(np.flatnonzero(~v)) for v in slices]
+        # Slice 0 sees tile 0 alone; slice 256's order is 0, 4, 3, 2, 1; slice 448's 0, 7, ..., 1.
+        self.assertEqual(kept, [[0], [0, 1], [0, 4]])
+        self.assertEqual([len(v) for v in slices], [1, 5, 8])
+        self.assertEqual([leading_kept(v) for v in slices], [1, 2, 1])
+
+    def test_the_cost_model(self):
+        v = np.array([False, False, True, False, True, True])
+        self.assertEqual(leading_kept(v), 2)
+        self.assertEqual(leading_kept(np.zeros(3, bool)), 3)
+        # No prefix: 3 skipped at 0.5 and 3 kept at 1.25.
+        self.assertAlmostEqual(slice_cost(v, 0, 0.5, 1.25, 0.25), 5.25)
+        # Two dense positions, one switch, then 3 skipped and 1 kept.
+        self.assertAlmostEqual(slice_cost(v, 2, 0.5, 1.25, 0.25), 2 + 0.25 + 1.5 + 1.25)
+        # A prefix as long as the slice runs it all dense, with no switch.
+        self.assertAlmostEqual(slice_cost(v, 6, 0.5, 1.25, 0.25), 6)
+        self.assertAlmostEqual(slice_cost(v, 9, 0.5, 1.25, 0.25), 6)
 
 
 def ctypes_mirror(script, name):
