@@ -232,7 +232,8 @@ __device__ __forceinline__ void load_kv_tile(const Params& p, const CtaWork& w,
 }
 
 // The producer warpgroup has two threads: one copies Q and the K tiles, the other the V tiles
-// (produce_v), so that a K copy never waits for a V stage or a verdict.
+// (produce_v), so that a K copy never waits for a V stage; in voting CTAs it waits only until the
+// V thread has read the verdicts of the position 8 back (the ring's slot).
 template <int kHeadDim>
 __device__ __forceinline__ void produce_k(const Params& p, const CtaWork& w,
                                           SharedStorage<kHeadDim>& s) {
