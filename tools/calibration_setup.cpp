@@ -7,7 +7,6 @@
 #include "sha256.h"
 #include "skipsoftmax/decode.h"
 #include "skipsoftmax/prefill.h"
-#include "skipsoftmax/tiling.h"
 #if SKIPSOFTMAX_HAVE_CUDA
 #include "calibration_cuda.h"
 #endif
@@ -63,10 +62,7 @@ void check_pass_flags(const PassFlags& f) {
   if (f.decode_steps < 1) {
     fail("--decode-steps must be >= 1, got " + std::to_string(f.decode_steps));
   }
-  if (f.decode_splits < 1 || f.decode_splits > kMaxDecodeSplits) {
-    fail("--decode-splits must lie in [1, " + std::to_string(kMaxDecodeSplits) + "], got " +
-         std::to_string(f.decode_splits));
-  }
+  check_decode_splits(f.decode_splits, "--decode-splits");
   check_threads(f.threads);
   if (f.backend != "cpu" && f.backend != "cuda") {
     fail("unknown --backend '" + f.backend + "' (valid: cpu, cuda)");

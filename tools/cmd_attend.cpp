@@ -543,10 +543,7 @@ void check_decode_flags(const AttendArgs& a) {
     fail("decode attends to the whole cache: --causal and --window do not apply");
   }
   if (a.tile_q) fail("decode votes over all query heads of a GQA group: --tile-q does not apply");
-  if (a.num_splits.value_or(1) <= 0 || a.num_splits.value_or(1) > kMaxDecodeSplits) {
-    fail("--num-splits must lie in [1, " + std::to_string(kMaxDecodeSplits) + "], got " +
-         std::to_string(*a.num_splits));
-  }
+  if (a.num_splits) check_decode_splits(*a.num_splits, "--num-splits");
   if (a.backend == "cuda") {
     if (a.tile_k && *a.tile_k != decode_tile_k(0)) {
       fail("--backend cuda decodes with tiles of " + std::to_string(decode_tile_k(0)) +

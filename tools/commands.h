@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "skipsoftmax/tiling.h"
+
 namespace skipsoftmax::cli {
 
 using AddCommand = void (*)(CLI::App& app);
@@ -26,6 +28,16 @@ inline void check_threads(int threads) {
   if (threads < 0 || threads > kMaxThreads) {
     throw std::invalid_argument("--threads must lie in [0, " + std::to_string(kMaxThreads) +
                                 "] (0: every core), got " + std::to_string(threads));
+  }
+}
+
+// Decode splits (--num-splits, --decode-splits): 1 to kMaxDecodeSplits, the kernels' bound, which
+// the CPU reference takes too.
+inline void check_decode_splits(int splits, const char* flag) {
+  if (splits < 1 || splits > kMaxDecodeSplits) {
+    throw std::invalid_argument(std::string(flag) + " must lie in [1, " +
+                                std::to_string(kMaxDecodeSplits) + "], got " +
+                                std::to_string(splits));
   }
 }
 

@@ -2,9 +2,11 @@
 // scale table (lambda = S / L from the last row with bin <= L, with the guard) or a flat lambda.
 #pragma once
 
+#include "skipsoftmax/threshold.h"
+
 namespace skipsoftmax::common {
 
-inline constexpr int kMaxTableRows = 64;
+inline constexpr int kMaxTableRows = kMaxKernelTableRows;
 
 struct DeviceThreshold {
   int rows = 0;             // 0: no table

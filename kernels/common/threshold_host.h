@@ -6,8 +6,6 @@
 
 namespace skipsoftmax::common {
 
-static_assert(kMaxTableRows == kMaxKernelTableRows, "the public limit is the kernels' own");
-
 // The caller has checked that a table fits kMaxTableRows rows with bins below 2^31.
 inline DeviceThreshold to_device(const Threshold& t) {
   DeviceThreshold d{};

@@ -19,8 +19,8 @@
 namespace skipsoftmax {
 namespace {
 
+using common::kMaxGridYZ;
 using decode::kMaxSplits;
-constexpr int kMaxGridYZ = 65535;  // a CUDA grid's y and z extents
 
 int multiprocessors() {
   static const int count = [] {

@@ -3,33 +3,22 @@
 
 #include <cuda_runtime.h>
 
-#include <stdexcept>
-#include <string>
-
+#include "../common/launch_check.h"
 #include "decode_kernel.cuh"
 
 namespace skipsoftmax::decode {
-
-// A failed call is reported once: its error is consumed, so that the next call does not read it
-// back as its own.
-inline void check_launch(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    throw std::runtime_error(std::string("decode: ") + what + ": " + cudaGetErrorString(err));
-  }
-}
 
 template <bool kBf16, int kHeadDim, bool kSkip>
 void launch(const Params& params, int batch, cudaStream_t stream) {
   auto kernel = decode_kernel<kBf16, kHeadDim, kSkip>;
   constexpr int kSmem = static_cast<int>(sizeof(SharedStorage<kHeadDim>));
-  check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-               "cudaFuncSetAttribute");
-  // An error left pending by earlier work would otherwise be read back as this launch's own.
-  check_launch(cudaGetLastError(), "an error pending before the launch");
+  common::check_launch(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "decode",
+      "cudaFuncSetAttribute");
+  common::check_nothing_pending("decode");
   const dim3 grid(params.num_splits, params.num_heads_kv, batch);
   kernel<<<grid, Config<kHeadDim>::kThreads, kSmem, stream>>>(params);
-  check_launch(cudaGetLastError(), "launch");
+  common::check_launch(cudaGetLastError(), "decode", "launch");
   if (params.num_splits > 1) {
     // A programmatic dependent launch: the combine grid is set up while the decode grid runs.
     cudaLaunchAttribute attr{};
@@ -41,8 +30,8 @@ void launch(const Params& params, int batch, cudaStream_t stream) {
     config.stream = stream;
     config.attrs = &attr;
     config.numAttrs = 1;
-    check_launch(cudaLaunchKernelEx(&config, combine_kernel<kBf16, kHeadDim>, params),
-                 "combine launch");
+    common::check_launch(cudaLaunchKernelEx(&config, combine_kernel<kBf16, kHeadDim>, params),
+                         "decode", "combine launch");
   }
 }
 

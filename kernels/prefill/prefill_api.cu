@@ -18,9 +18,9 @@
 namespace skipsoftmax {
 namespace {
 
+using common::kMaxGridYZ;
 using common::make_tensor_map;
 using prefill::Params;
-constexpr int kMaxGridYZ = 65535;  // a CUDA grid's y and z extents
 
 template <bool kSkip>
 void launch(const Params& params, const PrefillArguments& a, cudaStream_t stream) {

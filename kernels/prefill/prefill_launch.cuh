@@ -3,9 +3,7 @@
 
 #include <cuda_runtime.h>
 
-#include <stdexcept>
-#include <string>
-
+#include "../common/launch_check.h"
 #include "prefill_kernel.cuh"
 
 namespace skipsoftmax::prefill {
@@ -15,26 +13,13 @@ void launch(const Params& params, cudaStream_t stream) {
   using Cfg = TileConfig<kHeadDim>;
   auto kernel = prefill_kernel<kBf16, kHeadDim, kCausal, kSkip>;
   constexpr int kSmem = static_cast<int>(sizeof(SharedStorage<kHeadDim>));
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  if (err != cudaSuccess) {
-    cudaGetLastError();  // reported once, here
-    throw std::runtime_error(std::string("prefill: cudaFuncSetAttribute: ") +
-                             cudaGetErrorString(err));
-  }
-  // An error left pending by earlier work would otherwise be read back as this launch's own;
-  // reading it consumes it.
-  err = cudaGetLastError();
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("prefill: an error pending before the launch: ") +
-                             cudaGetErrorString(err));
-  }
+  common::check_launch(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "prefill",
+      "cudaFuncSetAttribute");
+  common::check_nothing_pending("prefill");
   const dim3 grid(params.num_m_blocks, params.num_heads_q, params.batch);
   kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(params);
-  err = cudaGetLastError();
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("prefill: launch: ") + cudaGetErrorString(err));
-  }
+  common::check_launch(cudaGetLastError(), "prefill", "launch");
 }
 
 // One declaration per compiled family; each is defined in its own instantiation file.
