@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "../kernels/common/host_buffer.h"
+#include "common/device_buffer.h"
 
 namespace skipsoftmax::bench {
 
@@ -25,7 +25,7 @@ inline cudaDeviceProp device_properties() {
 // after the other, so that clock and thermal drift fall on all arms alike; odd rounds take the
 // arms in reverse order, so that no arm always follows the same one (the SM clock after a
 // low-power arm favoured the arm after it: the guard measured 0.972x of dense at 8k with five
-// launches an arm in forward order, 1.001x one launch at a time, run 80). Returns per arm the
+// launches an arm in forward order, 1.001x one launch at a time). Returns per arm the
 // median of its rounds x iters event-timed launches, in milliseconds.
 inline std::vector<double> interleaved_median_ms(const std::vector<std::function<void()>>& arms,
                                                  int warmup, int rounds, int iters) {

@@ -1,5 +1,5 @@
 // Real-structure attention inputs generated on the GPU, for benchmarks too large to build on the
-// host: the same recipe as src/synthetic.cpp (an attention sink at position 0, a rotary-like band
+// host: the same recipe as core/synthetic.cpp (an attention sink at position 0, a rotary-like band
 // around the diagonal, a Gaussian far field), with a counter-based random stream.
 #pragma once
 

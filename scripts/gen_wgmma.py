@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates kernels/hopper/wgmma_ops.cuh: the wgmma.mma_async wrappers the kernels use.
+"""Generates attention/hopper/wgmma_ops.cuh: the wgmma.mma_async wrappers the kernels use.
 
 Each wrapper is one inline-PTX statement with N/2 float accumulators per thread, too long to write
 by hand. Run from the repository root: python3 scripts/gen_wgmma.py
@@ -102,7 +102,7 @@ def main():
                 parts.append(wrapper(kind, n, dtype, ptx))
     parts.append(dispatcher())
     parts.append(FOOTER)
-    with open("kernels/hopper/wgmma_ops.cuh", "w") as f:
+    with open("attention/hopper/wgmma_ops.cuh", "w") as f:
         f.write("".join(parts))
 
 

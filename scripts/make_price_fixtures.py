@@ -94,7 +94,7 @@ def arm_points(model, skip, tier):
 
 
 def derive(price):
-    """The derived fields, as src/price.cpp derive_price() computes them."""
+    """The derived fields, as evaluation/price.cpp derive_price() computes them."""
     dense = next(a for a in price["arms"] if a["skip"] == "none")
     r = lambda x: round(x, DERIVED_DIGITS)
     for arm in price["arms"]:

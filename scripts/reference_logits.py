@@ -3,7 +3,7 @@
 
 transformers loads the GGUF file itself (dequantized to float32, llama Q/K rows un-permuted,
 Gemma norms shifted back by -1) and runs its own modeling code with eager attention, so the
-fixture is independent of src/model_ref.cpp. Writes JSON with the prompt's token ids, the
+fixture is independent of model/model_ref.cpp. Writes JSON with the prompt's token ids, the
 full-vocabulary argmax, top-2 gap and L2 norm of the logits at every position, the top-10 ids and
 logits at a few positions, and the post-RoPE Q and K that the attention of one layer sees at a
 few positions.

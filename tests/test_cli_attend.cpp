@@ -623,10 +623,6 @@ TEST_F(CliDecodeTest, BadDecodeInputFailsAndLeavesNoOutput) {
      [](auto&, auto& a) { a.set("--num-splits", "0"); }},
     {"too many splits", "--num-splits must lie in [1, 128], got 129",
      [](auto&, auto& a) { a.set("--num-splits", "129"); }},
-    {"cuda tile-k", "--backend cuda decodes with tiles of 64 keys",
-     [](auto&, auto& a) { a.set("--backend", "cuda").set("--tile-k", "128"); }},
-    {"cuda order", "--backend cuda decodes in forward order",
-     [](auto&, auto& a) { a.set("--backend", "cuda").set("--kv-order", "reverse"); }},
     {"page out of range", "outside [0,",
      [](auto& t, auto& a) {
        write_npy_atomic(t.path("bad_pt.npy"),
@@ -650,6 +646,11 @@ TEST_F(CliDecodeTest, BadDecodeInputFailsAndLeavesNoOutput) {
     {"cuda dtype on cpu", "--cuda-dtype applies to --backend cuda",
      [](auto&, auto& a) { a.set("--cuda-dtype", "fp16"); }},
 #if SKIPSOFTMAX_HAVE_CUDA
+    // A build without kernels refuses --backend cuda before these checks.
+    {"cuda tile-k", "--backend cuda decodes with tiles of 64 keys",
+     [](auto&, auto& a) { a.set("--backend", "cuda").set("--tile-k", "128"); }},
+    {"cuda order", "--backend cuda decodes in forward order",
+     [](auto&, auto& a) { a.set("--backend", "cuda").set("--kv-order", "reverse"); }},
     // The kernels' own limits are named before the GPU is looked for (these tests' head dim
     // is 32).
     {"cuda head dim", "decode: head_dim 32 is not supported (64, 128 or 256)",

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "checkpoint.h"
 #include "file_io.h"
 #include "skipsoftmax/config.h"
 #include "test_util.h"

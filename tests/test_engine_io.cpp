@@ -1,4 +1,4 @@
-// The file formats of the run and capture commands (src/engine_io.h): request parsing and its
+// The file formats of the run and capture commands (model/engine_io.h): request parsing and its
 // errors, the result and manifest JSON, the layer list.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // skipsoftmax calibrate --model-dir DIR --phase prefill|decode|both --max-seqlen N: fits the
-// per-length scale tables of a checkpoint on RULER-style prompts (src/calibrate.h) and records
+// per-length scale tables of a checkpoint on RULER-style prompts (calibration/calibrate.h) and records
 // them, with the sparsity ladder and the shape advice, in DIR/config.json.
 //
 // Every flag is checked before any work; the config is rewritten once, atomically, at the end, so

@@ -1,7 +1,7 @@
 // skipsoftmax capture --model-dir CHECKPOINT_DIR --text FILE --tokens N --layers 0,5,10
 // --out-dir D: runs the first N tokens of a real text through the model on the GPU (dense
 // attention) and writes each chosen layer's post-RoPE Q, K and V as .npy files with a JSON
-// manifest (src/engine_io.h), for calibration and the attention benchmarks. --logits also writes
+// manifest (model/engine_io.h), for calibration and the attention benchmarks. --logits also writes
 // the logits of every token (scripts/check_logits.py compares them with transformers). The
 // directory appears whole or not at all.
 #include <unistd.h>

@@ -1,5 +1,5 @@
 // skipsoftmax check-tables --model-dir DIR --lengths L...: do a calibrated checkpoint's tables
-// hold their target sparsity on prompts calibration never saw (src/table_check.h)? Per phase and
+// hold their target sparsity on prompts calibration never saw (calibration/table_check.h)? Per phase and
 // length, the tile sparsity of the tier's tables and of a flat S (the tier's first row at every
 // length); PASS when every length where the tables skip lies within --tolerance of the tier's
 // target, else exit code 2 (1: bad input). --save-results writes the numbers as JSON.

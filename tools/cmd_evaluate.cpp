@@ -1,5 +1,5 @@
 // skipsoftmax evaluate --model-dir C --engine-dir E --max-context N: the engine's accuracy on
-// RULER-style tasks and held-out perplexity at each length (src/evaluation.h), optionally gated
+// RULER-style tasks and held-out perplexity at each length (evaluation/evaluation.h), optionally gated
 // against a dense baseline; the exit code follows the verdict (2: the gate failed).
 //
 // Every flag and file is checked before the GPU is touched; the results file is written

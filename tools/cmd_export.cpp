@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "checkpoint.h"
 #include "commands.h"
 #include "skipsoftmax/config.h"
 

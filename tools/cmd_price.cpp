@@ -1,5 +1,5 @@
 // skipsoftmax price --model-dir C --work-dir W --lengths ... --accuracy-lengths ...: the price
-// list of a calibrated checkpoint on this GPU (src/price.h, docs/REPORT.md). For the dense build
+// list of a calibrated checkpoint on this GPU (evaluation/price.h, docs/REPORT.md). For the dense build
 // and every calibrated tier it exports an engine (W/engines/<arm>), measures TTFT and TPOT on a
 // real-text prompt per length with the attention kernels' time and skip statistics, evaluates the
 // accuracy (RULER-style tasks and perplexity, W/evaluate_<arm>.json) at the accuracy lengths,

@@ -1,6 +1,6 @@
 // skipsoftmax run --engine-dir E --input-file in.json --output-file out.json: greedy generation
 // on the GPU for a batch of prompts, with the thresholds the engine config holds at launch (edit
-// it to re-target; nothing is rebuilt). File formats: src/engine_io.h.
+// it to re-target; nothing is rebuilt). File formats: model/engine_io.h.
 #include <cstdio>
 #include <filesystem>
 #include <iostream>

@@ -1,5 +1,5 @@
 // The GPU side of `evaluate` and `price`: an engine answering the RULER-style tasks and scoring
-// held-out text at one length (src/evaluation.h), and the latency of one prompt (price).
+// held-out text at one length (evaluation/evaluation.h), and the latency of one prompt (price).
 #pragma once
 
 #include <cstdint>

@@ -168,25 +168,10 @@ struct WeightsRef {
   std::string architecture_json = "{}";  // the hyper-parameters read from its metadata
 };
 
-// Which weights export pins.
-struct WeightsFlag {
-  std::optional<std::filesystem::path> file;  // --weights FILE; relative: to the checkpoint dir
-  bool config_only = false;                   // --config-only: no weights
-};
-
 // The engine config.json text. checkpoint_dir should be absolute; weights may be null.
 std::string engine_config_json(const std::filesystem::path& checkpoint_dir,
                                const CheckpointConfig& checkpoint, const ExportPlan& plan,
                                const WeightsRef* weights = nullptr);
-
-// Plans from <checkpoint_dir>/config.json, pins the weights (the checkpoint's one *.gguf file
-// unless `weights` says otherwise) and writes <engine_dir>/config.json atomically, creating
-// engine_dir if needed. Nothing is written when anything fails: a checkpoint with no or several
-// GGUF files, a file that is not a GGUF of a supported architecture. Returns the plan for its
-// notes.
-ExportPlan export_engine(const std::filesystem::path& checkpoint_dir,
-                         const std::filesystem::path& engine_dir, const PerPhase<PhaseFlags>& flags,
-                         const WeightsFlag& weights = {});
 
 struct EngineConfig {
   std::filesystem::path checkpoint_dir;

@@ -1,4 +1,4 @@
-// GPU dequantization (kernels/engine/dequant.cu) against the CPU dequantizer of gguf.cpp: every
+// GPU dequantization (engine/dequant.cu) against the CPU dequantizer of gguf.cpp: every
 // value equal after rounding to bf16 and to fp16, on random blocks of each type, on gguf-py's
 // vectors and on the real checkpoints' tensors. Skipped without a Hopper GPU.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// The engine's layer kernels (kernels/engine/layers.cu) against CPU computations in double:
+// The engine's layer kernels (engine/layers.cu) against CPU computations in double:
 // embeddings, RMSNorm, Gemma's post-norms, Q/K norm + RoPE + the paged-cache append (both pair
 // layouts), gated activations, soft-capping and greedy sampling. Skipped without a Hopper GPU.
 #include <gtest/gtest.h>
