@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "../common/launch_check.h"
+#include "decode_combine.cuh"
 #include "decode_kernel.cuh"
 
 namespace skipsoftmax::decode {
@@ -60,15 +61,14 @@ int resident_ctas_family();
 
 }  // namespace skipsoftmax::decode
 
-#define SKIPSOFTMAX_DECODE_FAMILY(BF16, HEAD_DIM, SKIP)                                      \
-  namespace skipsoftmax::decode {                                                            \
-  template <>                                                                                \
-  void launch_family<BF16, HEAD_DIM, SKIP>(const Params& params, int batch,                  \
-                                           cudaStream_t stream) {                            \
-    launch<BF16, HEAD_DIM, SKIP>(params, batch, stream);                                     \
-  }                                                                                          \
-  template <>                                                                                \
-  int resident_ctas_family<BF16, HEAD_DIM, SKIP>() {                                         \
-    return resident_ctas<BF16, HEAD_DIM, SKIP>();                                            \
-  }                                                                                          \
+#define SKIPSOFTMAX_DECODE_FAMILY(BF16, HEAD_DIM, SKIP)                                            \
+  namespace skipsoftmax::decode {                                                                  \
+  template <>                                                                                      \
+  void launch_family<BF16, HEAD_DIM, SKIP>(const Params& params, int batch, cudaStream_t stream) { \
+    launch<BF16, HEAD_DIM, SKIP>(params, batch, stream);                                           \
+  }                                                                                                \
+  template <>                                                                                      \
+  int resident_ctas_family<BF16, HEAD_DIM, SKIP>() {                                               \
+    return resident_ctas<BF16, HEAD_DIM, SKIP>();                                                  \
+  }                                                                                                \
   }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Model check of the decode kernel's barrier protocol (kernels/decode/decode_kernel.cuh).
+"""Model check of the decode kernel's barrier protocol (attention/decode/decode_mainloop.cuh).
 
 Actors: the CTA's warps (4 key slices, 1 or 2 column groups) as coroutines running the split's
 main loop, over mbarriers with the hardware's parity-wait semantics (a wait for parity P returns

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Model check of the prefill kernel's barrier protocol (kernels/prefill/prefill_kernel.cuh).
+"""Model check of the prefill kernel's barrier protocol (attention/prefill/: the producer and the
+main loops).
 
 Actors: the K producer thread, the V producer thread and the consumer warpgroups (two; three at
 head dim 64, whose dense turns go round 0, 1, 2 and whose voting loop holds one score tile), as
@@ -21,9 +22,9 @@ the copy has landed when it was copied for nobody (mode "load"). The V copies co
 on barriers indexed by position (a ring deeper than the V stages), so that a consumer which
 skipped ahead never waits on a barrier two phases behind. The K thread loads K of position t only
 once the V thread has read the verdicts of t - slots, so a slot is never overwritten unread. V is
-loaded for every tile (mode "load", SKIPSOFTMAX_PREFILL_DROP_V=0) or only for tiles some
-warpgroup keeps ("drop", the default). Copies land quickly or slowly (a copy nobody waits for must
-still be in flight when its stage comes round again for a missing wait to show).
+loaded for every tile (mode "load", a variant the kernel no longer has) or only for tiles some
+warpgroup keeps ("drop", the kernel's). Copies land quickly or slowly (a copy nobody waits for
+must still be in flight when its stage comes round again for a missing wait to show).
 Fails on a deadlock, when a consumer reads a K or V stage that does not hold its tile, or when the
 V thread reads a verdict slot that was overwritten.
 """
