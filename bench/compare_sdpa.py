@@ -3,7 +3,7 @@
 backends against our dense and skip-softmax prefill kernels (through the C API with ctypes).
 
 Inputs are real-structure attention tensors (an attention sink, a rotary-like band around the
-diagonal, a Gaussian far field; the recipe of src/synthetic.cpp), or Q/K/V captured from a model
+diagonal, a Gaussian far field; the recipe of core/synthetic.cpp), or Q/K/V captured from a model
 (--inputs DIR with q.npy, k.npy, v.npy of shape [tokens, heads, head_dim]). Timing: CUDA events
 around each call, arms interleaved round by round (odd rounds in reverse order), median per arm.
 Prints a table and writes JSON.

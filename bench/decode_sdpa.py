@@ -6,7 +6,7 @@ against the bandwidth of a device-to-device copy measured in the same run.
 One new token per sequence, or with --q-len N the N new tokens of a speculative verification
 (N x G <= 16, G = Hq / Hkv): they are already in the cache of L tokens, token i at L - N + i seeing
 the keys up to it (causal, bottom-right aligned). The KV cache holds real-structure attention (an
-attention sink, a rotary-like band, a Gaussian far field: the recipe of src/synthetic.cpp) on
+attention sink, a rotary-like band, a Gaussian far field: the recipe of core/synthetic.cpp) on
 shuffled pages, or with --inputs the K/V a model wrote on a real text (`skipsoftmax capture`,
 layers stacked as heads with --input-layers; bench/captures.py), each query that of its
 sequence's last token. SDPA gets the same K/V as contiguous [B, Hkv, L, D] tensors and the N x G query
@@ -33,8 +33,8 @@ Two more arms give the floor for a call of that size: a device-to-device copy mo
 as the kernels read (half read, half written; the written half may stay in the L2 within the
 call), and a plain read of the cache's own K and V pages (bulk copies of 16 KB into shared
 memory, 7 in flight a CTA, two CTAs an SM: the fastest read of this size found, 95-97% of the
-copy at 128 MiB where a loop of 16-byte loads reached 87%, bench/read_balance.cu; CuPy), launch
-and ramp included. Each skip arm (automatic splits) gets its
+copy at 128 MiB where a loop of 16-byte loads reached 87%, bench/studies/read_balance.cu; CuPy),
+launch and ramp included. Each skip arm (automatic splits) gets its
 own floor: a read of as many bytes as it reads (K in full, the V of its kept tiles, tile 0's K
 once more per split after the first), and a "ceiling" line gives the most any kernel reading
 those bytes could gain: our dense time, and the time of a dense call at 90% of the copy's
@@ -148,8 +148,8 @@ extern "C" __global__ void NAME(const uint4* __restrict__ a, long long na,
 """
 
 
-# The read arms' kernel: the best read of a decode call's size found (bench/read_balance.cu, runs
-# 216-217: 95-97% of the copy at 128 MiB where the loop above reaches 87%). One warp a CTA, two
+# The read arms' kernel: the best read of a decode call's size found (bench/studies/read_balance.cu,
+# runs 216-217: 95-97% of the copy at 128 MiB where the loop above reaches 87%). One warp a CTA, two
 # CTAs an SM, each copying its share of a, then b, in pieces of 16 KB (the last piece of each
 # shorter) by 1-D bulk copies into 7 shared-memory stages (112 KB) that complete on mbarriers,
 # each lane reading a word of every landed piece.

@@ -2,8 +2,8 @@
 reader of CUTLASS's example (bench/cutlass_peer.py), against stand-ins for the programs they run,
 the process runner (bench/processes.py), the order statistics of the side-by-side benchmarks and
 their summary over processes (bench/timing_stats.py), the reader of
-captured Q/K/V (bench/captures.py), the channel-box bound of bench/box_bound_study.py, the cost
-model of bench/dense_prefix_study.py, and the
+captured Q/K/V (bench/captures.py), the channel-box bound of bench/studies/box_bound_study.py,
+the cost model of bench/studies/dense_prefix_study.py, and the
 side-by-side scripts' ctypes mirrors of the C API's argument structs (with SKIPSOFTMAX_CAPI, the
 library built beside them)."""
 import ctypes
@@ -20,6 +20,7 @@ import unittest
 
 BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
+sys.path.insert(1, str(BENCH / "studies"))  # the one-off CPU studies (box bound, dense prefix)
 from cutlass_peer import cutlass_fmha_ms  # noqa: E402
 from processes import (run_json_process, script_in_processes, without_options,  # noqa: E402
                        write_json)
