@@ -1,6 +1,7 @@
 #include "capture_source.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <stdexcept>
 
@@ -67,16 +68,37 @@ std::vector<std::int32_t> manifest_tokens(const Manifest& m) {
   return ids;
 }
 
-// The array of `file` as float, checked to hold [tokens, heads, head_dim].
+// The array of `file` as float, checked to be [tokens, heads, head_dim] (not flattened or
+// transposed: the element count alone would take either) and finite.
 std::vector<float> read_tensor(const fs::path& file, std::int64_t tokens, int heads, int head_dim) {
   const NpyArray a = read_npy(file);
-  const std::int64_t want = tokens * heads * head_dim;
-  if (a.element_count() != want || a.shape.empty() || a.shape[0] != tokens) {
+  const std::vector<std::int64_t> want = {tokens, heads, head_dim};
+  if (a.shape != want) {
     throw std::runtime_error(file.string() + ": shape " + npy_shape_string(a.shape) +
-                             ", expected (" + std::to_string(tokens) + ", " +
-                             std::to_string(heads) + ", " + std::to_string(head_dim) + ")");
+                             ", expected " + npy_shape_string(want) + " (tokens, heads, head dim)");
   }
-  return to_float_vector(a, file.string());
+  std::vector<float> values = to_float_vector(a, file.string());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) {
+      throw std::runtime_error(file.string() + ": element " + std::to_string(i) + " is " +
+                               std::to_string(values[i]) + "; captured Q/K must be finite");
+    }
+  }
+  return values;
+}
+
+// Each "layers" entry names its layer and its q and k files.
+void check_layer_entries(const nlohmann::json& layers) {
+  if (!layers.is_array()) throw std::runtime_error("\"layers\" must be an array");
+  for (const nlohmann::json& e : layers) {
+    if (!e.is_object() || !e.contains("layer") || !e.at("layer").is_number_integer() ||
+        !e.contains("q") || !e.at("q").is_string() || !e.contains("k") || !e.at("k").is_string()) {
+      throw std::runtime_error(
+          "each \"layers\" entry needs an integer \"layer\" and file names \"q\" and \"k\", "
+          "got " +
+          e.dump());
+    }
+  }
 }
 
 class NpyDirectorySource final : public CaptureSource {
@@ -103,7 +125,7 @@ class NpyDirectorySource final : public CaptureSource {
     std::sort(paths.begin(), paths.end());
     Sha256 id;
     for (const fs::path& p : paths) {
-      const std::string text = read_text_file(p);
+      const std::string text = read_json_text(p);
       id.update(text);
       Manifest m{p, parse_json_text(text, p.string())};
       try {
@@ -116,7 +138,10 @@ class NpyDirectorySource final : public CaptureSource {
                                    m.json.at("model_sha256").get<std::string>() +
                                    ", not from this one (" + model_sha256 + ")");
         }
+        check_layer_entries(m.json.at("layers"));
         by_tokens_[tokens_key(manifest_tokens(m))] = m;
+      } catch (const nlohmann::json::exception& e) {
+        throw std::runtime_error(p.string() + ": " + json_error_reason(e.what()));
       } catch (const std::exception& e) {
         throw std::runtime_error(p.string() + ": " + e.what());
       }

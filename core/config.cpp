@@ -382,7 +382,7 @@ CheckpointConfig parse_checkpoint_config(std::string_view json_text, const std::
 
 CheckpointConfig load_checkpoint_config(const fs::path& checkpoint_dir) {
   const fs::path path = config_path(checkpoint_dir, "checkpoint");
-  return parse_checkpoint_config(read_text_file(path), path.string());
+  return parse_checkpoint_config(read_json_text(path), path.string());
 }
 
 std::string merge_skip_keys(std::string_view config_json, std::string_view updates_json,
@@ -409,7 +409,7 @@ std::string merge_skip_keys(std::string_view config_json, std::string_view updat
 
 void update_checkpoint_skip_keys(const fs::path& checkpoint_dir, std::string_view updates_json) {
   const fs::path path = config_path(checkpoint_dir, "checkpoint");
-  const std::string text = merge_skip_keys(read_text_file(path), updates_json, path.string());
+  const std::string text = merge_skip_keys(read_json_text(path), updates_json, path.string());
   write_file_atomic(path, [&](std::ostream& out) { out << text; });
 }
 
@@ -502,12 +502,12 @@ EngineConfig parse_engine_config(std::string_view json_text, const std::string& 
 
 EngineConfig load_engine_config(const fs::path& engine_dir) {
   const fs::path path = config_path(engine_dir, "engine");
-  return parse_engine_config(read_text_file(path), path.string());
+  return parse_engine_config(read_json_text(path), path.string());
 }
 
 bool is_engine_dir(const fs::path& dir) {
   const fs::path path = config_path(dir, "checkpoint or engine");
-  const ordered_json j = parse_json_text<ordered_json>(read_text_file(path), path.string());
+  const ordered_json j = parse_json_text<ordered_json>(read_json_text(path), path.string());
   return j.is_object() && j.contains(std::string(kCheckpointDirKey));
 }
 

@@ -401,7 +401,7 @@ std::string npy_shape_string(const std::vector<std::int64_t>& shape) {
 
 NpyArray read_npy(const fs::path& path) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) fail(path, "no such file");
+  if (!fs::exists(path, ec)) fail(path, missing_file_reason(path));
   if (fs::is_directory(path, ec)) fail(path, "is a directory");
   const std::uintmax_t file_size = fs::file_size(path, ec);
   std::ifstream in(path, std::ios::binary);
@@ -430,7 +430,7 @@ NpyArray read_npy(const fs::path& path) {
   return a;
 }
 
-void write_npy_atomic(const fs::path& path, const NpyArray& array) {
+void write_npy(std::ostream& out, const NpyArray& array, const fs::path& path) {
   if (std::any_of(array.shape.begin(), array.shape.end(), [](std::int64_t d) { return d < 0; })) {
     throw std::invalid_argument(path.string() + ": negative dimension in shape " +
                                 npy_shape_string(array.shape));
@@ -442,11 +442,13 @@ void write_npy_atomic(const fs::path& path, const NpyArray& array) {
                                 " of " + npy_descr(array.dtype));
   }
   const std::string head = preamble_and_header(array);
-  write_file_atomic(path, [&](std::ostream& out) {
-    out.write(head.data(), static_cast<std::streamsize>(head.size()));
-    out.write(reinterpret_cast<const char*>(array.data.data()),
-              static_cast<std::streamsize>(array.data.size()));
-  });
+  out.write(head.data(), static_cast<std::streamsize>(head.size()));
+  out.write(reinterpret_cast<const char*>(array.data.data()),
+            static_cast<std::streamsize>(array.data.size()));
+}
+
+void write_npy_atomic(const fs::path& path, const NpyArray& array) {
+  write_file_atomic(path, [&](std::ostream& out) { write_npy(out, array, path); });
 }
 
 NpyArray make_npy_float(NpyDtype dtype, std::vector<std::int64_t> shape,

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <iosfwd>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,6 +42,9 @@ NpyArray read_npy(const std::filesystem::path& path);
 // Written through write_file_atomic: on failure `path` is left untouched. Throws
 // std::invalid_argument when the data size does not match the shape.
 void write_npy_atomic(const std::filesystem::path& path, const NpyArray& array);
+// The same bytes to a stream (for outputs committed together, file_io.h's OutputSet); `path`
+// names the file in errors.
+void write_npy(std::ostream& out, const NpyArray& array, const std::filesystem::path& path);
 
 // Builds an array of dtype from values: floats round to nearest even, integers must fit the
 // dtype. Throws std::invalid_argument when values.size() does not match the shape.

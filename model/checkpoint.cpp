@@ -29,7 +29,10 @@ fs::path find_checkpoint_gguf(const fs::path& dir) {
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     if (e.path().extension() == kWeightsExtension && e.is_regular_file(ec)) found.push_back(e);
   }
-  if (ec) throw std::invalid_argument(dir.string() + ": cannot list the directory");
+  if (ec) {
+    throw std::invalid_argument(dir.string() + ": cannot list the directory: " +
+                                (fs::exists(dir, ec) ? ec.message() : missing_file_reason(dir)));
+  }
   if (found.size() == 1) return found.front();
   if (found.empty()) {
     throw std::invalid_argument(dir.string() +

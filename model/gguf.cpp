@@ -1,11 +1,14 @@
 #include "gguf.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <stdexcept>
 
 #include "bf16.h"
+#include "file_io.h"
 #include "npy.h"
 
 namespace skipsoftmax::gguf {
@@ -55,14 +58,26 @@ class Reader {
     read(&v, sizeof v);
     return v;
   }
-  std::uint64_t count(const char* what) {
+  std::uint64_t remaining() const { return size_ - pos_; }
+  // A count of items of at least `min_bytes` each, checked against the bytes left in the file
+  // before anything is allocated for them.
+  std::uint64_t count(const std::string& what, std::uint64_t min_bytes) {
     const auto n = pod<std::uint64_t>();
-    if (n > kMaxCount) fail(std::string(what) + " count " + std::to_string(n) + " is implausible");
+    if (n > kMaxCount) fail(what + " count " + std::to_string(n) + " is implausible");
+    if (n > remaining() / min_bytes) {
+      fail(what + " count " + std::to_string(n) + " needs at least " +
+           std::to_string(n * min_bytes) + " bytes, the file has " + std::to_string(remaining()) +
+           " left: truncated or corrupt");
+    }
     return n;
   }
-  std::string str() {
+  std::string str(const std::string& what) {
     const auto n = pod<std::uint64_t>();
-    if (n > kMaxString) fail("string length " + std::to_string(n) + " is implausible");
+    if (n > kMaxString) fail(what + ": string length " + std::to_string(n) + " is implausible");
+    if (n > remaining()) {
+      fail(what + ": a string of " + std::to_string(n) + " bytes, the file has " +
+           std::to_string(remaining()) + " left: truncated or corrupt");
+    }
     std::string s(n, '\0');
     read(s.data(), n);
     return s;
@@ -100,7 +115,27 @@ std::int64_t scalar_integer(Reader& r, std::uint32_t type) {
 
 bool is_integer(std::uint32_t t) { return t <= kI32 ? t != kF32 && t != kBool : t == kI64; }
 
-Value read_value(Reader& r, std::uint32_t type) {
+// The bytes of an array element of `type` at the least (a string: its length field).
+std::uint64_t element_bytes(std::uint32_t type) {
+  switch (type) {
+    case kU8:
+    case kI8:
+    case kBool:
+      return 1;
+    case kU16:
+    case kI16:
+      return 2;
+    case kU32:
+    case kI32:
+    case kF32:
+      return 4;
+    default:
+      return 8;  // u64, i64, f64, and a string's length
+  }
+}
+
+// The value of metadata `key`; errors name the key.
+Value read_value(Reader& r, std::uint32_t type, const std::string& key) {
   if (is_integer(type)) return scalar_integer(r, type);
   switch (type) {
     case kU64:
@@ -112,13 +147,13 @@ Value read_value(Reader& r, std::uint32_t type) {
     case kBool:
       return r.pod<std::uint8_t>() != 0;
     case kString:
-      return r.str();
+      return r.str("metadata " + key);
     case kArray: {
       const auto elem = r.pod<std::uint32_t>();
-      const std::uint64_t n = r.count("array");
+      const std::uint64_t n = r.count("metadata " + key + ": array", element_bytes(elem));
       if (elem == kString) {
         std::vector<std::string> v(n);
-        for (auto& s : v) s = r.str();
+        for (auto& s : v) s = r.str("metadata " + key);
         return v;
       }
       if (elem == kF32 || elem == kF64) {
@@ -139,10 +174,10 @@ Value read_value(Reader& r, std::uint32_t type) {
         }
         return v;
       }
-      r.fail("unsupported array element type " + std::to_string(elem));
+      r.fail("metadata " + key + ": unsupported array element type " + std::to_string(elem));
     }
     default:
-      r.fail("unknown metadata value type " + std::to_string(type));
+      r.fail("metadata " + key + ": unknown value type " + std::to_string(type));
   }
 }
 
@@ -356,7 +391,7 @@ File File::open(const std::filesystem::path& path) {
   if (!std::filesystem::is_regular_file(path, ec)) {
     throw std::runtime_error(path.string() + (std::filesystem::is_directory(path, ec)
                                                   ? ": is a directory, not a GGUF file"
-                                                  : ": no such file"));
+                                                  : ": " + missing_file_reason(path)));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path.string() + ": cannot open for reading");
@@ -368,22 +403,40 @@ File File::open(const std::filesystem::path& path) {
   if (f.version_ != 2 && f.version_ != 3) {
     r.fail("GGUF version " + std::to_string(f.version_) + " is not supported (2 or 3)");
   }
-  const std::uint64_t n_tensors = r.count("tensor");
-  const std::uint64_t n_kv = r.count("metadata");
+  // The least a tensor info takes (an empty name, one dimension) and a metadata entry (an empty
+  // key, a type, a one-byte value).
+  const std::uint64_t n_tensors = r.count("tensor", 8 + 4 + 8 + 4 + 8);
+  const std::uint64_t n_kv = r.count("metadata", 8 + 4 + 1);
   for (std::uint64_t i = 0; i < n_kv; ++i) {
-    std::string key = r.str();
+    const std::uint64_t at = r.pos();
+    std::string key = r.str("metadata key");
     const auto type = r.pod<std::uint32_t>();
-    f.metadata_[std::move(key)] = read_value(r, type);
+    Value value = read_value(r, type, key);
+    if (!f.metadata_.emplace(key, std::move(value)).second) {
+      throw std::runtime_error(path.string() + ": metadata key " + key +
+                               " appears twice (at byte " + std::to_string(at) + ")");
+    }
   }
+  std::set<std::string> names;
   for (std::uint64_t i = 0; i < n_tensors; ++i) {
     TensorInfo t;
-    t.name = r.str();
+    t.name = r.str("tensor name");
+    if (!names.insert(t.name).second) r.fail("tensor " + t.name + " appears twice");
     const auto n_dims = r.pod<std::uint32_t>();
-    if (n_dims == 0 || n_dims > 4) r.fail(t.name + ": " + std::to_string(n_dims) + " dimensions");
+    if (n_dims == 0 || n_dims > 4) {
+      r.fail("tensor " + t.name + ": " + std::to_string(n_dims) + " dimensions (1 to 4)");
+    }
+    // The element count, checked as it grows: no tensor holds more values than the file bytes.
+    std::uint64_t elements = 1;
     for (std::uint32_t d = 0; d < n_dims; ++d) {
       const auto dim = r.pod<std::uint64_t>();
-      if (dim == 0 || dim > (std::uint64_t{1} << 40))
-        r.fail(t.name + ": bad dimension " + std::to_string(dim));
+      if (dim == 0 || dim > (std::uint64_t{1} << 40)) {
+        r.fail("tensor " + t.name + ": bad dimension " + std::to_string(dim));
+      }
+      if (elements > (std::uint64_t{1} << 62) / dim) {
+        r.fail("tensor " + t.name + ": its dimensions multiply past 2^62 elements");
+      }
+      elements *= dim;
       t.dims.push_back(static_cast<std::int64_t>(dim));
     }
     const auto type = r.pod<std::uint32_t>();
@@ -395,7 +448,12 @@ File File::open(const std::filesystem::path& path) {
       r.fail(t.name + ": rows of " + std::to_string(t.dims[0]) + " are not whole " +
              type_name(type) + " blocks");
     }
-    t.bytes = static_cast<std::uint64_t>(t.elements() / per * block_bytes(t.type));
+    const std::uint64_t blocks = elements / static_cast<std::uint64_t>(per);
+    if (blocks > r.size() / static_cast<std::uint64_t>(block_bytes(t.type))) {
+      r.fail("tensor " + t.name + ": " + std::to_string(elements) +
+             " values need more bytes than the file's " + std::to_string(r.size()));
+    }
+    t.bytes = blocks * static_cast<std::uint64_t>(block_bytes(t.type));
     f.tensors_.push_back(std::move(t));
   }
   std::uint64_t alignment = kDefaultAlignment;
@@ -405,13 +463,33 @@ File File::open(const std::filesystem::path& path) {
     alignment = static_cast<std::uint64_t>(*v);
   }
   const std::uint64_t data_start = (r.pos() + alignment - 1) / alignment * alignment;
+  const auto fail_tensor = [&](const TensorInfo& t, const std::string& what) {
+    throw std::runtime_error(path.string() + ": tensor " + t.name + " (" + std::to_string(t.bytes) +
+                             " bytes at data offset " + std::to_string(t.offset) + ") " + what);
+  };
   for (TensorInfo& t : f.tensors_) {
+    if (t.offset % alignment != 0) {
+      fail_tensor(t, "is not aligned to " + std::to_string(alignment) + " bytes");
+    }
+    // Compared before adding, so that an offset near 2^64 cannot wrap onto the header.
+    if (data_start > r.size() || t.offset > r.size() - data_start ||
+        t.bytes > r.size() - data_start - t.offset) {
+      fail_tensor(
+          t, "lies past the end of the file (" + std::to_string(r.size()) + " bytes): truncated");
+    }
     t.offset += data_start;
-    if (t.offset > r.size() || t.bytes > r.size() - t.offset) {
-      throw std::runtime_error(path.string() + ": tensor " + t.name + " (" +
-                               std::to_string(t.bytes) + " bytes at " + std::to_string(t.offset) +
-                               ") lies past the end of the file (" + std::to_string(r.size()) +
-                               " bytes): truncated");
+  }
+  std::vector<const TensorInfo*> by_offset;
+  for (const TensorInfo& t : f.tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
+  for (std::size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorInfo& prev = *by_offset[i - 1];
+    if (prev.offset + prev.bytes > by_offset[i]->offset) {
+      throw std::runtime_error(path.string() + ": tensors " + prev.name + " and " +
+                               by_offset[i]->name + " overlap (bytes " +
+                               std::to_string(by_offset[i]->offset) + " to " +
+                               std::to_string(prev.offset + prev.bytes) + ")");
     }
   }
   return f;

@@ -32,10 +32,25 @@ ModelConfig read_model_config(const gguf::File& f) {
   c.heads_kv = get("attention.head_count_kv");
   c.context_length = get("context_length");
   c.rms_eps = f.number(a + ".attention.layer_norm_rms_epsilon");
+  if (!(std::isfinite(c.rms_eps) && c.rms_eps > 0.0 && c.rms_eps < 1.0)) {
+    throw std::runtime_error(a + ".attention.layer_norm_rms_epsilon = " +
+                             std::to_string(c.rms_eps) + " must lie in (0, 1)");
+  }
   c.rope_base = f.number(a + ".rope.freq_base");
+  if (!(std::isfinite(c.rope_base) && c.rope_base > 1.0)) {
+    throw std::runtime_error(a + ".rope.freq_base = " + std::to_string(c.rope_base) +
+                             " must be a finite number above 1");
+  }
   c.vocab = static_cast<int>(f.strings("tokenizer.ggml.tokens").size());
+  if (c.vocab == 0) throw std::runtime_error("tokenizer.ggml.tokens is empty: no vocabulary");
   c.local_layer.assign(static_cast<std::size_t>(c.layers), false);
   if (a == "llama") {
+    // The query projection is hidden x hidden, cut into heads_q heads.
+    if (c.hidden % c.heads_q != 0) {
+      throw std::runtime_error(a + ": the hidden size " + std::to_string(c.hidden) +
+                               " is not a multiple of the " + std::to_string(c.heads_q) +
+                               " query heads");
+    }
     c.head_dim = c.hidden / c.heads_q;
     if (f.find("llama.rope.dimension_count")) c.head_dim = get("rope.dimension_count");
   } else {
@@ -51,6 +66,10 @@ ModelConfig read_model_config(const gguf::File& f) {
     throw std::runtime_error(a + ": " + std::to_string(c.heads_q) +
                              " query heads are not a multiple of " + std::to_string(c.heads_kv) +
                              " KV heads");
+  }
+  if (c.head_dim % 2 != 0) {
+    throw std::runtime_error(a + ": head dim " + std::to_string(c.head_dim) +
+                             " is odd (rotary embeddings turn pairs of channels)");
   }
   c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   return c;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <queue>
 #include <stdexcept>
 
 namespace skipsoftmax {
@@ -257,20 +258,46 @@ std::vector<std::int32_t> BpeTokenizer::encode_piece(const std::string& mapped) 
     symbols.emplace_back(
         mapped.substr(static_cast<std::size_t>(b), static_cast<std::size_t>(i - b)));
   }
-  while (symbols.size() > 1) {
-    std::int32_t best = std::numeric_limits<std::int32_t>::max();
-    std::size_t at = 0;
-    for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
-      const auto it = merge_rank_.find(symbols[i] + " " + symbols[i + 1]);
-      if (it != merge_rank_.end() && it->second < best) {
-        best = it->second;
-        at = i;
-      }
-    }
-    if (best == std::numeric_limits<std::int32_t>::max()) break;
-    symbols[at] += symbols[at + 1];
-    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+  // The known adjacent pairs in a min-heap by (rank, position), so that each merge costs a log
+  // instead of a rescan of the piece: the same merges in the same order as taking the lowest-ranked
+  // pair, leftmost first, again and again. A symbol keeps its first code point's index and only
+  // grows, so an entry whose two symbols still have the lengths it saw is still valid.
+  struct Pair {
+    std::int32_t rank;
+    std::size_t left, right, left_bytes, right_bytes;
+    bool operator>(const Pair& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  const std::size_t count = symbols.size();
+  std::vector<std::size_t> next(count), prev(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    next[i] = i + 1;
+    prev[i] = i - 1;  // wraps for the first symbol, which has none
   }
+  std::priority_queue<Pair, std::vector<Pair>, std::greater<>> heap;
+  const auto push = [&](std::size_t left, std::size_t right) {
+    const auto it = merge_rank_.find(symbols[left] + " " + symbols[right]);
+    if (it != merge_rank_.end()) {
+      heap.push({it->second, left, right, symbols[left].size(), symbols[right].size()});
+    }
+  };
+  for (std::size_t i = 0; i + 1 < count; ++i) push(i, i + 1);
+  while (!heap.empty()) {
+    const Pair p = heap.top();
+    heap.pop();
+    if (symbols[p.left].size() != p.left_bytes || next[p.left] != p.right ||
+        symbols[p.right].size() != p.right_bytes) {
+      continue;  // one side was merged into something else since
+    }
+    symbols[p.left] += symbols[p.right];
+    symbols[p.right].clear();
+    next[p.left] = next[p.right];
+    if (next[p.left] < count) prev[next[p.left]] = p.left;
+    if (p.left > 0) push(prev[p.left], p.left);
+    if (next[p.left] < count) push(p.left, next[p.left]);
+  }
+  std::vector<std::string> merged;
+  for (std::size_t i = 0; i < count; i = next[i]) merged.push_back(std::move(symbols[i]));
+  symbols = std::move(merged);
   std::vector<std::int32_t> ids;
   for (const std::string& sym : symbols) {
     const auto it = ids_.find(sym);

@@ -3,6 +3,7 @@
 // over a capture, the npy-directory source, SHA-256.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -343,6 +344,44 @@ TEST_F(NpySource, ChecksTheModelAndTheShapes) {
                    "expected (3, 8, 32)");
   fs::create_directories(dir_ / "empty");
   EXPECT_ERROR_HAS(npy_directory_source(dir_ / "empty", small_model(), ""), "no manifest.json");
+}
+
+// Transposed or flattened Q/K passed (only the element count was checked), all-NaN Q/K were
+// pooled, and a manifest's malformed layer entry surfaced as a raw parser exception.
+TEST_F(NpySource, RefusesTransposedFlattenedOrNonFiniteCaptures) {
+  const std::vector<std::int32_t> tokens = {1, 2, 3};
+  const auto capture_error = [&](const NpyArray& q) {
+    write_capture(dir_ / "p0", tokens);
+    write_npy_atomic(dir_ / "p0" / "q0.npy", q);
+    auto source = npy_directory_source(dir_, small_model(), "");
+    return test::message_of(
+        [&] { source->capture(tokens, std::vector<int>{0}, [](LayerCapture&&) {}); });
+  };
+  const std::vector<double> values(3 * 4 * 32, 0.5);
+  EXPECT_NE(capture_error(make_npy_float(NpyDtype::kF32, {4, 3, 32}, values))
+                .find("q0.npy: shape (4, 3, 32), expected (3, 4, 32) (tokens, heads, head dim)"),
+            std::string::npos);
+  EXPECT_NE(capture_error(make_npy_float(NpyDtype::kF32, {3, 128}, values)).find("shape (3, 128)"),
+            std::string::npos);
+  std::vector<double> nan = values;
+  nan[7] = std::nan("");
+  EXPECT_NE(capture_error(make_npy_float(NpyDtype::kF32, {3, 4, 32}, nan))
+                .find("q0.npy: element 7 is nan; captured Q/K must be finite"),
+            std::string::npos);
+  EXPECT_EQ(capture_error(make_npy_float(NpyDtype::kF32, {3, 4, 32}, values)), "");
+
+  write_json_file(
+      dir_ / "p0" / "manifest.json",
+      nlohmann::json{{"tokens", "tokens.npy"},
+                     {"layers", nlohmann::json::array({nlohmann::json{{"layer", 0}}})}});
+  EXPECT_ERROR_HAS(npy_directory_source(dir_, small_model(), ""),
+                   "manifest.json: each \"layers\" entry needs an integer \"layer\"");
+  write_json_file(dir_ / "p0" / "manifest.json",
+                  nlohmann::json{{"tokens", nlohmann::json::array({"a"})},
+                                 {"layers", nlohmann::json::array()}});
+  const std::string raw = test::message_of([&] { npy_directory_source(dir_, small_model(), ""); });
+  EXPECT_NE(raw.find("manifest.json: "), std::string::npos) << raw;
+  EXPECT_EQ(raw.find("[json.exception"), std::string::npos) << raw;
 }
 
 TEST(Sha256, KnownDigests) {

@@ -66,6 +66,14 @@ TEST_F(Checkpoint, FindsTheOneGgufFile) {
                    "several *.gguf files (a.gguf, b.gguf); choose one with --weights FILE");
 }
 
+// A checkpoint directory that is a dangling link said only "cannot list the directory".
+TEST_F(Checkpoint, ADanglingCheckpointLinkSaysSo) {
+  fs::create_symlink(dir_ / "moved", dir_ / "link");
+  EXPECT_ERROR_HAS(
+      find_checkpoint_gguf(dir_ / "link"),
+      "link: cannot list the directory: a dangling link to " + (dir_ / "moved").string());
+}
+
 TEST_F(Checkpoint, PinsTheFileAndItsArchitecture) {
   test::tiny_llama().save(ckpt() / "m.gguf");
   const WeightsRef ref = pin_weights(ckpt() / "m.gguf");

@@ -361,6 +361,11 @@ TEST_F(CliAttendTest, BadInputFailsAndLeavesNoOutput) {
      }},
     {"tile-q 0", "--tile-q must be positive", [](auto&, auto& a) { a.set("--tile-q", "0"); }},
     {"tile-k -1", "--tile-k must be positive", [](auto&, auto& a) { a.set("--tile-k", "-1"); }},
+    // A tile far beyond every sequence allocated gigabytes.
+    {"tile-k huge", "--tile-k must be at most 4096, got 100000000",
+     [](auto&, auto& a) { a.set("--tile-k", "100000000"); }},
+    {"tile-q huge", "--tile-q must be at most 4096, got 5000",
+     [](auto&, auto& a) { a.set("--tile-q", "5000"); }},
     {"threshold 1", "outside [0, 1)", [](auto&, auto& a) { a.set("--threshold", "1"); }},
     {"threshold < 0", "outside [0, 1)", [](auto&, auto& a) { a.set("--threshold", "-0.1"); }},
     {"table and threshold", "excludes",
@@ -480,6 +485,44 @@ TEST_F(CliAttendTest, UnwritableOutputFailsBeforeAnyWork) {
         << null.output;
     EXPECT_TRUE(fs::is_character_file("/dev/null"));
   }
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
+  }
+}
+
+// Values past fp16's range became infinities in an --out-dtype f16 file without a word.
+TEST_F(CliAttendTest, AnFp16OutputThatCannotHoldTheValuesIsRefused) {
+  Batch b = make_batch({16}, {16});
+  for (float& x : b.v) x *= 1e6f;
+  Args args = write_batch(b);
+  const RunResult r = run(args.set("--out-dtype", "f16"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--out-dtype f16: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("output values lie beyond fp16's range"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(path("O.npy")));
+  EXPECT_EQ(run(args.set("--out-dtype", "f32")).exit_code, 0);
+}
+
+// A failure while writing the output (here a file-size limit, as a full disk) left the previous
+// --stats removed: it had been replaced first. Both outputs are now committed together.
+TEST_F(CliAttendTest, AFailedWriteLeavesThePreviousOutputsAsTheyWere) {
+  Args args = write_batch(make_batch({512}, {512}));  // an output of 512 KB
+  args.set("--stats", path("S.json"));
+  { std::ofstream(path("O.npy")) << "previous output"; }
+  { std::ofstream(path("S.json")) << "{\"previous\": true}"; }
+  const std::string command =
+      "ulimit -f 64; " + std::string(SKIPSOFTMAX_TOOL) + " attend" + args.str() + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
+  const int status = pclose(pipe);
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << output;
+  EXPECT_NE(output.find("O.npy: write error"), std::string::npos) << output;
+  EXPECT_EQ(read_text_file(path("O.npy")), "previous output");
+  EXPECT_EQ(read_text_file(path("S.json")), "{\"previous\": true}");
   for (const auto& entry : fs::directory_iterator(dir_)) {
     EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
   }

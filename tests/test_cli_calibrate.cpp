@@ -165,6 +165,10 @@ TEST_F(CliCalibrate, ChecksItsOutputsBeforeThePass) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("skip_softmax_decode_scale_table"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir_ / "cache"));
+  // --dry-run makes the same checks as the run it previews (it skipped this one).
+  r = run("--model-dir " + q(model()) + " " + flags + "--dry-run");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("skip_softmax_decode_scale_table"), std::string::npos) << r.err;
   // ... but a key this run replaces is not held against it: a 65-row table of an old calibration.
   std::string rows;
   for (int i = 0; i <= kMaxKernelTableRows; ++i) {
@@ -212,6 +216,27 @@ TEST_F(CliCalibrate, CheckTablesRejectsBadFlagsBeforeAnyWork) {
   check("--lengths 512 --phase prefill --tier 75%",
         "no prefill tier 75% (calibrated: 50%); run skipsoftmax calibrate first");
   check("--lengths 2048 --phase prefill", "more than the model's context length 1024");
+}
+
+// --save-results may not replace the checkpoint's config or weights, under any spelling; the
+// checkpoint stays byte for byte what it was.
+TEST_F(CliCalibrate, CheckTablesRefusesToSaveOverTheCheckpoint) {
+  const std::string weights = read_text_file(model() / "tiny.gguf");
+  fs::create_symlink(model() / "config.json", dir_ / "cfg.json");
+  const std::pair<fs::path, const char*> cases[] = {
+      {model() / "config.json", "is a file of --model-dir"},
+      {dir_ / "cfg.json", "is a file of --model-dir"},
+      {model() / "." / "tiny.gguf", "is a file of --model-dir"},
+  };
+  for (const auto& [out, message] : cases) {
+    const ToolRun r = test::run_tool(
+        "check-tables --model-dir " + q(model()) + " --lengths 512 --save-results " + q(out),
+        dir_ / "stderr.txt");
+    EXPECT_EQ(r.code, 1) << out;
+    EXPECT_NE(r.err.find(message), std::string::npos) << out << "\nstderr: " << r.err;
+    EXPECT_EQ(read_text_file(model() / "config.json"), kConfig);
+    EXPECT_EQ(read_text_file(model() / "tiny.gguf"), weights);
+  }
 }
 
 // The real checkpoint in a model directory of its own (a link to the file).

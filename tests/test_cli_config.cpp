@@ -1,6 +1,7 @@
 // The export, inspect and schedule subcommands, run as the built tool on temporary directories:
 // exit codes, messages, and that a failing command leaves no output file behind.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -351,6 +352,47 @@ TEST_F(Cli, InspectErrors) {
   EXPECT_NE(r.err.find("config.json: is a file; give the checkpoint or engine directory"),
             std::string::npos)
       << r.err;
+}
+
+// A config.json of 100,000 nested brackets crashed inspect, export and attend --scale-table (the
+// parser's recursion ran out of stack); 20,000 levels made export write 800 MB. Now each names the
+// file and the depth, and writes nothing.
+TEST_F(Cli, DeeplyNestedJsonIsRefusedByName) {
+  const std::string deep = "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  write(ckpt() / "config.json", deep);
+  for (const std::string& command :
+       {"inspect " + q(ckpt()), "export " + q(ckpt()) + " " + q(engine())}) {
+    const ToolRun r = run(command);
+    EXPECT_EQ(r.code, 1) << command;
+    EXPECT_NE(r.err.find((ckpt() / "config.json").string() +
+                         ": JSON nested deeper than 256 levels at byte 261"),
+              std::string::npos)
+        << command << "\n"
+        << r.err;
+  }
+  EXPECT_FALSE(fs::exists(engine()));
+  write(ckpt() / "config.json", kCheckpoint);
+  write(dir_ / "table.json", std::string(20000, '[') + std::string(20000, ']'));
+  const ToolRun t = export_with("--skip-softmax-prefill-scale-table " + q(dir_ / "table.json"));
+  EXPECT_EQ(t.code, 1);
+  EXPECT_NE(t.err.find("table.json: JSON nested deeper than 256 levels at byte 256"),
+            std::string::npos)
+      << t.err;
+  EXPECT_FALSE(fs::exists(engine()));
+}
+
+// A FIFO where config.json belongs blocked the tool; /dev/zero was read for 512 MB.
+TEST_F(Cli, ConfigThatIsNoRegularFileIsRefused) {
+  fs::remove(ckpt() / "config.json");
+  ASSERT_EQ(mkfifo((ckpt() / "config.json").c_str(), 0600), 0);
+  const ToolRun r = run("inspect " + q(ckpt()));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("config.json: is not a regular file"), std::string::npos) << r.err;
+  fs::remove(ckpt() / "config.json");
+  fs::create_symlink("/dev/zero", ckpt() / "config.json");
+  const ToolRun z = run("export " + q(ckpt()) + " " + q(engine()));
+  EXPECT_EQ(z.code, 1);
+  EXPECT_NE(z.err.find("config.json: is not a regular file"), std::string::npos) << z.err;
 }
 
 TEST_F(Cli, ScheduleText) {

@@ -143,6 +143,31 @@ TEST_F(CliRun, OutputErrors) {
                "d.json: is a directory");
 }
 
+// An output that is, under any spelling, a file the command reads is refused before any work, and
+// that file is left as it was.
+TEST_F(CliRun, OutputThatIsAnInputIsRefused) {
+  fs::create_symlink(input(), dir_ / "link.json");
+  const std::pair<fs::path, const char*> cases[] = {
+      {input(), "is also --input-file"},
+      {dir_ / "link.json", "is also --input-file"},
+      {engine() / "config.json", "is a file of --engine-dir"},
+      {ckpt() / "config.json", "is a file of the engine's checkpoint"},
+      {engine() / ".." / "ckpt" / "tiny.gguf", "is a file of the engine's checkpoint"},
+  };
+  for (const auto& [out, message] : cases) {
+    const std::string before = read_text_file(out);
+    const ToolRun r = run("run --engine-dir " + q(engine()) + " --input-file " + q(input()) +
+                          " --output-file " + q(out));
+    EXPECT_NE(r.code, 0) << out;
+    EXPECT_NE(r.err.find(message), std::string::npos) << out << "\nstderr: " << r.err;
+    EXPECT_NE(r.err.find("it would overwrite"), std::string::npos) << r.err;
+    EXPECT_EQ(read_text_file(out), before) << out;
+  }
+  // A new file inside the engine directory replaces nothing.
+  expect_stops_at_the_engine("run --engine-dir " + q(engine()) + " --input-file " + q(input()) +
+                             " --output-file " + q(engine() / "out.json"));
+}
+
 TEST_F(CliRun, CaptureValidRequestReachesTheEngine) {
   expect_stops_at_the_engine(capture_args("--tokens 20 --layers 0,1 --logits"));
   EXPECT_FALSE(fs::exists(captures()));
@@ -270,6 +295,25 @@ TEST_F(CliEvaluate, EvaluateErrors) {
   fails("evaluate --model-dir " + q(ckpt4k()) + " --engine-dir " + q(engine4k()) +
             " --max-context 2048 --corpus-dir " + q(dir_ / "nobooks"),
         "no such book");
+}
+
+TEST_F(CliEvaluate, SaveResultsOverAnInputIsRefused) {
+  write(dir_ / "base.json", "{}");
+  const std::pair<fs::path, const char*> cases[] = {
+      {ckpt4k() / "config.json", "is a file of --model-dir"},
+      {ckpt4k() / "tiny.gguf", "is a file of --model-dir"},
+      {engine4k() / "config.json", "is a file of --engine-dir"},
+      {dir_ / "base.json", "is also --baseline"},
+  };
+  for (const auto& [out, message] : cases) {
+    const std::string before = read_text_file(out);
+    const ToolRun r = run("evaluate --model-dir " + q(ckpt4k()) + " --engine-dir " + q(engine4k()) +
+                          " --corpus-dir " + q(corpus()) + " --max-context 2048 --baseline " +
+                          q(dir_ / "base.json") + " --save-results " + q(out));
+    EXPECT_NE(r.code, 0) << out;
+    EXPECT_NE(r.err.find(message), std::string::npos) << out << "\nstderr: " << r.err;
+    EXPECT_EQ(read_text_file(out), before) << out;
+  }
 }
 
 TEST_F(CliEvaluate, PriceErrors) {

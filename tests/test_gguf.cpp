@@ -15,6 +15,7 @@
 #include "gguf.h"
 #include "model_config.h"
 #include "test_util.h"
+#include "tiny_gguf.h"
 
 namespace skipsoftmax::gguf {
 namespace {
@@ -170,6 +171,148 @@ TEST_F(GgufFile, BadFilesAreNamedErrors) {
   EXPECT_ERROR_HAS(File::open(dir_ / "data.gguf"), "past the end of the file");
   small_model(7).save(dir_ / "q51.gguf");  // Q5_1
   EXPECT_ERROR_HAS(File::open(dir_ / "q51.gguf"), "embd.weight: ggml type 7 is not supported");
+}
+
+// A GGUF v3 header declaring `tensors` tensors and `keys` metadata entries.
+Writer header(std::uint64_t tensors, std::uint64_t keys) {
+  Writer w;
+  w.pod<std::uint32_t>(0x46554747)
+      .pod<std::uint32_t>(3)
+      .pod<std::uint64_t>(tensors)
+      .pod<std::uint64_t>(keys);
+  return w;
+}
+
+// One F32 tensor info: name, dims, type 0, offset into the data section.
+Writer& tensor_info(Writer& w, const std::string& name, const std::vector<std::uint64_t>& dims,
+                    std::uint64_t offset) {
+  w.str(name).pod<std::uint32_t>(static_cast<std::uint32_t>(dims.size()));
+  for (std::uint64_t d : dims) w.pod(d);
+  return w.pod<std::uint32_t>(0).pod(offset);
+}
+
+// Declared lengths are checked against the bytes left before anything is allocated: each of these
+// made the reader allocate gigabytes.
+TEST_F(GgufFile, DeclaredLengthsPastTheFileAreRefusedBeforeAllocating) {
+  Writer strings = header(0, 1);  // 49 bytes: an array of 2^31 strings
+  strings.str("tokenizer.ggml.tokens")
+      .pod<std::uint32_t>(9)
+      .pod<std::uint32_t>(8)
+      .pod<std::uint64_t>(std::uint64_t{1} << 31);
+  strings.save(dir_ / "strings.gguf");
+  EXPECT_ERROR_HAS(File::open(dir_ / "strings.gguf"),
+                   "metadata tokenizer.ggml.tokens: array count 2147483648 needs at least");
+  EXPECT_ERROR_HAS(File::open(dir_ / "strings.gguf"), "(at byte 69)");
+
+  Writer big_string = header(0, 1);  // a 1 GiB string in a file of a few dozen bytes
+  big_string.str("general.name").pod<std::uint32_t>(8).pod<std::uint64_t>(std::uint64_t{1} << 30);
+  big_string.save(dir_ / "string.gguf");
+  EXPECT_ERROR_HAS(File::open(dir_ / "string.gguf"),
+                   "metadata general.name: a string of 1073741824 bytes, the file has 0 left");
+
+  header(std::uint64_t{1} << 28, 0).save(dir_ / "tensors.gguf");
+  EXPECT_ERROR_HAS(File::open(dir_ / "tensors.gguf"), "tensor count 268435456 needs at least");
+}
+
+TEST_F(GgufFile, SizesAndOffsetsAreCheckedArithmetic) {
+  const auto open_with = [&](const std::string& name, const auto& fill) {
+    Writer w = header(2, 0);
+    fill(w);
+    w.pad_to(32).raw(std::vector<std::uint8_t>(64, 0));
+    w.save(dir_ / name);
+    return dir_ / name;
+  };
+  // Dimensions whose product overflows 64 bits.
+  EXPECT_ERROR_HAS(File::open(open_with(
+                       "dims.gguf",
+                       [](Writer& w) {
+                         tensor_info(w, "a", {std::uint64_t{1} << 40, std::uint64_t{1} << 24}, 0);
+                         tensor_info(w, "b", {4}, 32);
+                       })),
+                   "tensor a: its dimensions multiply past 2^62 elements");
+  // An offset that wraps past 2^64 onto the header.
+  EXPECT_ERROR_HAS(File::open(open_with("wrap.gguf",
+                                        [](Writer& w) {
+                                          tensor_info(w, "a", {4}, 0);
+                                          tensor_info(w, "b", {4}, ~std::uint64_t{0} - 95);
+                                        })),
+                   "tensor b (16 bytes at data offset");
+  EXPECT_ERROR_HAS(File::open(open_with("overlap.gguf",
+                                        [](Writer& w) {
+                                          tensor_info(w, "a", {16}, 0);
+                                          tensor_info(w, "b", {4}, 32);
+                                        })),
+                   "tensors a and b overlap");
+  EXPECT_ERROR_HAS(File::open(open_with("twice.gguf",
+                                        [](Writer& w) {
+                                          tensor_info(w, "a", {4}, 0);
+                                          tensor_info(w, "a", {4}, 32);
+                                        })),
+                   "tensor a appears twice");
+  EXPECT_ERROR_HAS(File::open(open_with("unaligned.gguf",
+                                        [](Writer& w) {
+                                          tensor_info(w, "a", {4}, 0);
+                                          tensor_info(w, "b", {4}, 20);
+                                        })),
+                   "tensor b (16 bytes at data offset 20) is not aligned to 32 bytes");
+  // The same two tensors, apart and aligned, are a valid file.
+  const File ok = File::open(open_with("ok.gguf", [](Writer& w) {
+    tensor_info(w, "a", {4}, 0);
+    tensor_info(w, "b", {4}, 32);
+  }));
+  EXPECT_EQ(ok.tensor("b").bytes, 16u);
+
+  Writer keys = header(0, 2);
+  keys.str("general.name").pod<std::uint32_t>(8).str("x");
+  keys.str("general.name").pod<std::uint32_t>(8).str("y");
+  keys.save(dir_ / "keys.gguf");
+  EXPECT_ERROR_HAS(File::open(dir_ / "keys.gguf"), "metadata key general.name appears twice");
+}
+
+// A Llama model's metadata with the hyper-parameters a test sets, the rest as tiny_llama's.
+void save_llama(const fs::path& path, std::uint32_t hidden, std::uint32_t heads_q, float eps,
+                float rope_base, const std::vector<std::string>& tokens) {
+  test::GgufBuilder b;
+  b.str("general.architecture", "llama")
+      .u32("llama.block_count", 2)
+      .u32("llama.embedding_length", hidden)
+      .u32("llama.feed_forward_length", 256)
+      .u32("llama.attention.head_count", heads_q)
+      .u32("llama.attention.head_count_kv", 1)
+      .u32("llama.context_length", 256)
+      .f32("llama.attention.layer_norm_rms_epsilon", eps)
+      .f32("llama.rope.freq_base", rope_base)
+      .strings("tokenizer.ggml.tokens", tokens);
+  b.save(path);
+}
+
+TEST_F(GgufFile, NonsenseHyperParametersAreRefused) {
+  const std::vector<std::string> tokens = {"a", "b"};
+  const auto config_error = [&](std::uint32_t hidden, std::uint32_t heads, float eps, float rope,
+                                const std::vector<std::string>& vocab) {
+    save_llama(dir_ / "h.gguf", hidden, heads, eps, rope, vocab);
+    return test::message_of([&] { read_model_config(File::open(dir_ / "h.gguf")); });
+  };
+  EXPECT_EQ(config_error(128, 2, 1e-5f, 10000.f, tokens), "");
+  EXPECT_NE(config_error(128, 3, 1e-5f, 10000.f, tokens)
+                .find("the hidden size 128 is not a multiple of the 3 query heads"),
+            std::string::npos);
+  EXPECT_NE(config_error(128, 256, 1e-5f, 10000.f, tokens).find("not a multiple"),
+            std::string::npos);  // head dim 0
+  EXPECT_NE(config_error(126, 2, 1e-5f, 10000.f, tokens).find("head dim 63 is odd"),
+            std::string::npos);
+  EXPECT_NE(config_error(128, 2, std::nanf(""), 10000.f, tokens)
+                .find("llama.attention.layer_norm_rms_epsilon = nan must lie in (0, 1)"),
+            std::string::npos);
+  EXPECT_NE(config_error(128, 2, 0.f, 10000.f, tokens).find("must lie in (0, 1)"),
+            std::string::npos);
+  EXPECT_NE(config_error(128, 2, 1e-5f, INFINITY, tokens)
+                .find("llama.rope.freq_base = inf must be a finite number above 1"),
+            std::string::npos);
+  EXPECT_NE(config_error(128, 2, 1e-5f, 10000.f, {}).find("tokenizer.ggml.tokens is empty"),
+            std::string::npos);
+  EXPECT_NE(config_error(0, 2, 1e-5f, 10000.f, tokens).find("embedding_length = 0 is out of range"),
+            std::string::npos);
 }
 
 // The real checkpoints, when a machine has them (scripts/fetch-models.sh puts them in models/).

@@ -2,6 +2,7 @@
 //
 // Everything is checked before anything is written; the stats file is written first and removed
 // again if the output cannot be written, so a failed run leaves neither file behind.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -77,6 +78,8 @@ struct Inputs {
 
 [[noreturn]] void fail(const std::string& what) { throw std::invalid_argument(what); }
 
+constexpr int kMaxTile = 4096;  // rows or keys of a vote tile on the CPU
+
 KvOrder parse_order(const std::string& name) {
   const std::optional<KvOrder> order = parse_kv_order(name);
   if (!order) fail("unknown --kv-order '" + name + "' (valid: " + kv_order_names() + ")");
@@ -148,10 +151,17 @@ Settings parse_settings(const AttendArgs& a) {
   if (!a.cuda_dtype.empty() && a.backend != "cuda") {
     fail("--cuda-dtype applies to --backend cuda (the cpu reference computes in float64)");
   }
-  if (a.tile_q && *a.tile_q <= 0)
-    fail("--tile-q must be positive, got " + std::to_string(*a.tile_q));
-  if (a.tile_k && *a.tile_k <= 0)
-    fail("--tile-k must be positive, got " + std::to_string(*a.tile_k));
+  // The reference holds a tile's scores per thread: past kMaxTile a tile only costs memory
+  // (4 GB for a 64-token input), since no sequence of a CPU run is that long.
+  for (const auto& [flag, tile] :
+       {std::pair{"--tile-q", a.tile_q}, std::pair{"--tile-k", a.tile_k}}) {
+    if (tile && *tile <= 0)
+      fail(std::string(flag) + " must be positive, got " + std::to_string(*tile));
+    if (tile && *tile > kMaxTile) {
+      fail(std::string(flag) + " must be at most " + std::to_string(kMaxTile) + ", got " +
+           std::to_string(*tile));
+    }
+  }
   check_threads(a.threads);
   // Both backends take the kernels' scales (1e308 made the reference's rows NaN).
   if (const std::string why = softmax_scale_problem(a.softmax_scale); !why.empty()) {
@@ -160,25 +170,18 @@ Settings parse_settings(const AttendArgs& a) {
   if (!a.stats.empty() && same_file(a.stats, a.out)) {
     fail("--stats " + a.stats + " and --out " + a.out + " name the same file");
   }
-  const std::pair<const char*, const std::string*> inputs[] = {{"--q", &a.q},
-                                                               {"--k", &a.k},
-                                                               {"--v", &a.v},
-                                                               {"--cu-seqlens-q", &a.cu_seqlens_q},
-                                                               {"--cu-seqlens-k", &a.cu_seqlens_k},
-                                                               {"--k-pages", &a.k_pages},
-                                                               {"--v-pages", &a.v_pages},
-                                                               {"--page-table", &a.page_table},
-                                                               {"--seq-lens", &a.seq_lens},
-                                                               {"--scale-table", &a.scale_table}};
-  for (const auto& [flag, path] : inputs) {
-    for (const auto& [out_flag, out] :
-         {std::pair{"--out", &a.out}, std::pair{"--stats", &a.stats}}) {
-      if (!path->empty() && !out->empty() && same_file(*path, *out)) {
-        fail(std::string(out_flag) + " " + *out + " is also " + flag +
-             ": it would overwrite an input");
-      }
-    }
-  }
+  const std::vector<ReadPath> inputs = {{"--q", a.q},
+                                        {"--k", a.k},
+                                        {"--v", a.v},
+                                        {"--cu-seqlens-q", a.cu_seqlens_q},
+                                        {"--cu-seqlens-k", a.cu_seqlens_k},
+                                        {"--k-pages", a.k_pages},
+                                        {"--v-pages", a.v_pages},
+                                        {"--page-table", a.page_table},
+                                        {"--seq-lens", a.seq_lens},
+                                        {"--scale-table", a.scale_table}};
+  check_not_an_input(a.out, "--out", inputs);
+  if (!a.stats.empty()) check_not_an_input(a.stats, "--stats", inputs);
   check_output(a.out, "--out");
   if (!a.stats.empty()) check_output(a.stats, "--stats");
 
@@ -377,16 +380,32 @@ nlohmann::json stats_json(const AttendArgs& a, const Settings& s, const Attentio
           {"sequences", std::move(sequences)}};
 }
 
-// Stats first, then the output; if the output fails, the stats go too.
-void write_results(const AttendArgs& a, const NpyArray& out, const nlohmann::json& stats) {
-  if (!a.stats.empty()) write_json_file(a.stats, stats);
-  try {
-    write_npy_atomic(a.out, out);
-  } catch (...) {
-    std::error_code ec;
-    if (!a.stats.empty()) fs::remove(a.stats, ec);
-    throw;
+// An fp16 output must hold every value: rounding past fp16's largest finite value would write
+// infinities without a word.
+void check_out_dtype_holds(const std::vector<double>& out, NpyDtype dtype) {
+  if (dtype != NpyDtype::kF16) return;
+  constexpr double kHalfMax = 65504.0;  // the largest finite fp16 value
+  std::size_t beyond = 0;
+  double largest = 0.0;
+  for (double x : out) {
+    if (std::isfinite(x) && std::abs(x) > kHalfMax) {
+      ++beyond;
+      largest = std::max(largest, std::abs(x));
+    }
   }
+  if (beyond > 0) {
+    fail("--out-dtype f16: " + std::to_string(beyond) + " output values lie beyond fp16's range " +
+         "(|x| up to " + std::to_string(largest) + ", fp16 holds 65504); use f32");
+  }
+}
+
+// The output and the stats are committed together: a failure while writing either leaves both
+// previous files as they were.
+void write_results(const AttendArgs& a, const NpyArray& out, const nlohmann::json& stats) {
+  OutputSet outputs;
+  outputs.add(a.out, [&](std::ostream& o) { write_npy(o, out, a.out); });
+  if (!a.stats.empty()) outputs.add_json(a.stats, stats);
+  outputs.commit();
 }
 
 PrefillProblem problem_of(const AttendArgs& a, const Inputs& in) {
@@ -519,6 +538,7 @@ void run_attend(const AttendArgs& a) {
     stats["mass_share"] = nullptr;
     for (auto& seq : stats["sequences"]) seq["mass_share"] = seq["mass_share_max"] = nullptr;
   }
+  check_out_dtype_holds(out, s.out_dtype.value_or(in.dtype));
   write_results(a, make_npy_float(s.out_dtype.value_or(in.dtype), in.q_shape, out), stats);
   std::printf(
       "%s (%s): %zu sequence%s, %lld of %lld tiles skipped (sparsity %.2f%%), mass share %s, "
@@ -573,8 +593,8 @@ AttentionStats run_cuda_decode(const AttendArgs& a, const Settings& s, const Npy
   const DType dtype = !a.cuda_dtype.empty()
                           ? (a.cuda_dtype == "bf16" ? DType::kBF16 : DType::kF16)
                           : (q.dtype == NpyDtype::kF16 ? DType::kF16 : DType::kBF16);
-  const std::size_t kv_count = static_cast<std::size_t>(p.kv.num_pages) * p.kv.page_size *
-                               p.num_heads_kv * p.head_dim;
+  const std::size_t kv_count =
+      static_cast<std::size_t>(p.kv.num_pages) * p.kv.page_size * p.num_heads_kv * p.head_dim;
   const std::vector<float> qf(p.q, p.q + out.size());
   const std::vector<float> kf(p.kv.k_pages, p.kv.k_pages + kv_count);
   const std::vector<float> vf(p.kv.v_pages, p.kv.v_pages + kv_count);
@@ -584,7 +604,8 @@ AttentionStats run_cuda_decode(const AttendArgs& a, const Settings& s, const Npy
   args.batch = static_cast<int>(p.kv.seq_lens.size());
   std::vector<std::int32_t> lens;
   for (std::int64_t len : p.kv.seq_lens) {
-    if (len <= 0 || len >= (std::int64_t{1} << 31)) fail("--seq-lens: lengths must lie in [1, 2^31)");
+    if (len <= 0 || len >= (std::int64_t{1} << 31))
+      fail("--seq-lens: lengths must lie in [1, 2^31)");
     lens.push_back(static_cast<std::int32_t>(len));
     args.max_seq_len = std::max(args.max_seq_len, lens.back());
   }
@@ -732,6 +753,7 @@ void run_attend_decode(const AttendArgs& a, Settings s) {
   stats["tile_q"] = nullptr;  // the vote's rows are the query heads of a GQA group
   stats["num_splits"] = s.options.num_splits;
   stats["page_size"] = p.kv.page_size;
+  check_out_dtype_holds(out, s.out_dtype.value_or(q.dtype));
   write_results(a, make_npy_float(s.out_dtype.value_or(q.dtype), q.shape, out), stats);
   std::printf(
       "%s decode (%s): %lld sequences, %d split%s, %lld of %lld tiles skipped (sparsity %.2f%%), "
@@ -766,8 +788,9 @@ void add_attend(CLI::App& app) {
   cu_q->needs(cu_k);
   cu_k->needs(cu_q);
   cmd->add_flag("--causal", a->causal, "Causal mask, bottom-right aligned");
-  cmd->add_option("--window", a->window,
-                  "Sliding window: a query sees its last W keys (needs --causal; cuda: dense only)");
+  cmd->add_option(
+      "--window", a->window,
+      "Sliding window: a query sees its last W keys (needs --causal; cuda: dense only)");
   auto* table = cmd->add_option("--scale-table", a->scale_table, "Scale table JSON file");
   auto* threshold = cmd->add_option("--threshold", a->threshold, "Flat lambda in [0, 1)");
   table->excludes(threshold);

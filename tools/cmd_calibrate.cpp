@@ -1,6 +1,6 @@
 // skipsoftmax calibrate --model-dir DIR --phase prefill|decode|both --max-seqlen N: fits the
-// per-length scale tables of a checkpoint on RULER-style prompts (calibration/calibrate.h) and records
-// them, with the sparsity ladder and the shape advice, in DIR/config.json.
+// per-length scale tables of a checkpoint on RULER-style prompts (calibration/calibrate.h) and
+// records them, with the sparsity ladder and the shape advice, in DIR/config.json.
 //
 // Every flag is checked before any work; the config is rewritten once, atomically, at the end, so
 // a failed or interrupted run leaves it as it was.
@@ -111,7 +111,8 @@ void write_samples(const fs::path& dir, const CalibrationSettings& s, RulerCorpu
                       {"answer", sample.answer}});
     }
   }
-  write_json_file(dir / "prompts.json", nlohmann::ordered_json{{"seed", s.seed}, {"prompts", list}});
+  write_json_file(dir / "prompts.json",
+                  nlohmann::ordered_json{{"seed", s.seed}, {"prompts", list}});
   std::cout << "wrote " << list.size() << " prompts to " << dir.string() << '\n';
 }
 
@@ -139,13 +140,13 @@ void run_calibrate(const CalibrateArgs& a) {
   if (!a.write_samples.empty()) check_output_directory(a.write_samples, "--write-samples");
   if (s.cache_dir) check_output_directory(*s.cache_dir, "--cache-dir");
   if (const fs::path config = model_dir / kConfigFileName;
-      a.write_samples.empty() && !a.dry_run && fs::exists(config)) {
+      a.write_samples.empty() && fs::exists(config)) {
     nlohmann::ordered_json replaced = nlohmann::ordered_json::object();
     for (Phase phase : kPhases) {
       if (!s.phases[phase]) continue;
       for (const std::string& key : calibration_skip_keys(phase)) replaced[key] = nullptr;
     }
-    merge_skip_keys(read_text_file(config), replaced.dump(), config.string());
+    merge_skip_keys(read_json_text(config), replaced.dump(), config.string());
   }
   s.prefill_tiles = prefill_vote_tiles(model.head_dim, KvOrder::kSinkThenReverse);
   s.decode_tile_k = decode_tile_k(model.head_dim);

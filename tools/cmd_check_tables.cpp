@@ -1,7 +1,7 @@
 // skipsoftmax check-tables --model-dir DIR --lengths L...: do a calibrated checkpoint's tables
-// hold their target sparsity on prompts calibration never saw (calibration/table_check.h)? Per phase and
-// length, the tile sparsity of the tier's tables and of a flat S (the tier's first row at every
-// length); PASS when every length where the tables skip lies within --tolerance of the tier's
+// hold their target sparsity on prompts calibration never saw (calibration/table_check.h)? Per
+// phase and length, the tile sparsity of the tier's tables and of a flat S (the tier's first row at
+// every length); PASS when every length where the tables skip lies within --tolerance of the tier's
 // target, else exit code 2 (1: bad input). --save-results writes the numbers as JSON.
 #include <algorithm>
 #include <iomanip>
@@ -98,6 +98,10 @@ void run_check(const CheckArgs& a) {
   check_flags(a);
   const fs::path model_dir(a.model_dir);
   const fs::path gguf_path = find_gguf(model_dir);
+  if (!a.save_results.empty()) {
+    check_not_an_input(a.save_results, "--save-results",
+                       {{"--model-dir", model_dir, true}, {"the checkpoint's weights", gguf_path}});
+  }
   const CheckpointConfig ck = load_checkpoint_config(model_dir);
   TableCheckSettings s;
   s.phases = parse_phases(a.phase);

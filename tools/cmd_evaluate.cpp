@@ -1,6 +1,6 @@
 // skipsoftmax evaluate --model-dir C --engine-dir E --max-context N: the engine's accuracy on
-// RULER-style tasks and held-out perplexity at each length (evaluation/evaluation.h), optionally gated
-// against a dense baseline; the exit code follows the verdict (2: the gate failed).
+// RULER-style tasks and held-out perplexity at each length (evaluation/evaluation.h), optionally
+// gated against a dense baseline; the exit code follows the verdict (2: the gate failed).
 //
 // Every flag and file is checked before the GPU is touched; the results file is written
 // atomically, also when the gate fails.
@@ -102,6 +102,13 @@ void evaluate(const EvaluateArgs& a) {
   if (!config.weights) {
     fail((fs::path(a.engine_dir) / kConfigFileName).string() +
          ": no weights (exported with --config-only); export the checkpoint with its GGUF file");
+  }
+  if (!a.save_results.empty()) {
+    check_not_an_input(a.save_results, "--save-results",
+                       {{"--model-dir", a.model_dir, true},
+                        {"--engine-dir", a.engine_dir, true},
+                        {"--baseline", a.baseline},
+                        {"the engine's weights", config.weights->file}});
   }
   PerPhase<Threshold> thresholds;
   for (Phase phase : kPhases) {

@@ -23,13 +23,9 @@ struct ReportOptions {
 
 void run_report(const ReportOptions& o) {
   check_output_file(o.out);
-  for (const std::string& file : o.price_files) {
-    if (same_file(file, o.out)) {
-      throw std::invalid_argument("--out " + o.out +
-                                  " is also a --price-json: it would overwrite "
-                                  "an input");
-    }
-  }
+  std::vector<ReadPath> inputs;
+  for (const std::string& file : o.price_files) inputs.push_back({"a --price-json", file});
+  check_not_an_input(o.out, "--out", inputs);
   std::vector<ReportModel> models;
   for (const std::string& file : o.price_files) models.push_back({read_price_file(file), file});
   const std::string html = render_report(models, o.title);

@@ -48,8 +48,13 @@ void run(const RunArgs& a) {
   const gguf::File file = gguf::File::open(config.weights->file);
   const ModelConfig model = read_model_config(file);
   const std::vector<RunRequest> requests =
-      parse_run_requests(read_text_file(a.input_file), a.input_file);
+      parse_run_requests(read_json_text(a.input_file), a.input_file);
   check_output_file(a.output_file);  // before any GPU work
+  check_not_an_input(a.output_file, "--output-file",
+                     {{"--input-file", a.input_file},
+                      {"--engine-dir", a.engine_dir, true},
+                      {"the engine's checkpoint", config.checkpoint_dir, true},
+                      {"the engine's weights", config.weights->file}});
 
   const ModelText text(file);
   std::vector<GenerationRequest> batch;

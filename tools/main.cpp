@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "skipsoftmax " SKIPSOFTMAX_VERSION);
   skipsoftmax::cli::add_registered_commands(app);
+  skipsoftmax::remove_temporary_files_on_signal();
   for (int i = 0; i < argc; ++i) {
     skipsoftmax::cli::invocation() += (i ? " " : "") + std::string(argv[i]);
   }
