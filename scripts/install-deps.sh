@@ -12,6 +12,8 @@ packages=(
   libgtest-dev           # 1.12.1
   libgmock-dev
   libicu-dev             # 72: Unicode classes for the tokenizer
+  clang                  # 14: the fuzz targets (scripts/fuzz.sh), with libFuzzer from
+  libclang-rt-14-dev     #   compiler-rt and its sanitizers
   chromium               # headless browser for the report tests (bookworm-security tracks upstream)
   fonts-liberation       # text in chromium's screenshots
 )

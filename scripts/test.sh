@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds everything and runs the whole test suite. GPU tests (CTest label gpu) skip cleanly on a
-# machine without a GPU; there only the bf16 head-dim-128 kernels (dense and skip families) are
-# compiled, to keep the build short, and every kernel family where a GPU can run them.
+# Builds everything, runs a short round of the fuzz targets, then the whole test suite. GPU tests
+# (CTest label gpu) skip cleanly on a machine without a GPU; there only the bf16 head-dim-128
+# kernels (dense and skip families) are compiled, to keep the build short, and every kernel family
+# where a GPU can run them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -9,6 +10,8 @@ all_kernels=OFF
 if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then all_kernels=ON; fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSKIPSOFTMAX_ALL_KERNELS=$all_kernels
 cmake --build "$build" -j "$(nproc)"
+# A bounded run of the file readers' fuzz targets (scripts/fuzz.sh: 20 s a target here).
+scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
 # Tests on the real checkpoints run where scripts/fetch-models.sh has put them.
 [[ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ]] &&
   export SKIPSOFTMAX_SMOLLM2_GGUF=$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf
