@@ -43,18 +43,18 @@ std::string read_text_file(const fs::path& path) {
 
 std::string read_json_text(const fs::path& path) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) {
-    throw std::runtime_error(path.string() + ": " + missing_file_reason(path));
-  }
-  if (fs::is_directory(path, ec)) throw std::runtime_error(path.string() + ": is a directory");
-  if (!fs::is_regular_file(path, ec)) {
-    throw std::runtime_error(path.string() + ": is not a regular file (a JSON file is read whole)");
-  }
-  const std::uintmax_t bytes = fs::file_size(path, ec);
-  if (!ec && bytes > kMaxJsonBytes) {
-    throw std::runtime_error(path.string() + ": " + std::to_string(bytes) +
-                             " bytes, more than the " + std::to_string(kMaxJsonBytes >> 20) +
-                             " MiB a JSON file may hold");
+  // A missing file or a directory is named by read_text_file.
+  if (fs::exists(path, ec) && !fs::is_directory(path, ec)) {
+    if (!fs::is_regular_file(path, ec)) {
+      throw std::runtime_error(path.string() +
+                               ": is not a regular file (a JSON file is read whole)");
+    }
+    const std::uintmax_t bytes = fs::file_size(path, ec);
+    if (!ec && bytes > kMaxJsonBytes) {
+      throw std::runtime_error(path.string() + ": " + std::to_string(bytes) +
+                               " bytes, more than the " + std::to_string(kMaxJsonBytes >> 20) +
+                               " MiB a JSON file may hold");
+    }
   }
   return read_text_file(path);
 }
@@ -249,22 +249,15 @@ std::pair<fs::path, int> write_temporary(const fs::path& path,
 }  // namespace
 
 void write_file_atomic(const fs::path& path, const std::function<void(std::ostream&)>& write) {
-  const auto [tmp, slot] = write_temporary(path, write);
-  std::error_code ec;
-  try {
-    fs::rename(tmp, path);
-  } catch (...) {
-    fs::remove(tmp, ec);
-    unregister_temp(slot);
-    throw;
-  }
-  unregister_temp(slot);
+  OutputSet output;
+  output.add(path, write);
+  output.commit();
 }
 
 OutputSet::~OutputSet() {
   std::error_code ec;
   for (const Staged& staged : staged_) {
-    fs::remove(staged.temporary, ec);
+    if (!staged.temporary.empty()) fs::remove(staged.temporary, ec);
     unregister_temp(staged.slot);
   }
 }
@@ -279,9 +272,11 @@ void OutputSet::add_json(const fs::path& path, const nlohmann::json& value) {
 }
 
 void OutputSet::commit() {
-  for (const Staged& staged : staged_) {
+  for (Staged& staged : staged_) {
     fs::rename(staged.temporary, staged.target);
     unregister_temp(staged.slot);
+    staged.temporary.clear();  // in place: nothing left for the destructor if a later one fails
+    staged.slot = -1;
   }
   staged_.clear();
 }

@@ -395,7 +395,8 @@ void check_out_dtype_holds(const std::vector<double>& out, NpyDtype dtype) {
   }
   if (beyond > 0) {
     fail("--out-dtype f16: " + std::to_string(beyond) + " output values lie beyond fp16's range " +
-         "(|x| up to " + std::to_string(largest) + ", fp16 holds 65504); use f32");
+         "(|x| up to " + std::to_string(largest) + ", fp16 holds " +
+         std::to_string(static_cast<int>(kHalfMax)) + "); use f32");
   }
 }
 
