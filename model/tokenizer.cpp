@@ -313,6 +313,27 @@ std::vector<std::int32_t> BpeTokenizer::encode_piece(const std::string& mapped) 
   return ids;
 }
 
+std::vector<std::int32_t> Tokenizer::encode_prefix(std::string_view text, std::size_t count) const {
+  // English runs at 4 to 5 bytes per token: 8 per token wanted first, then twice the prefix.
+  std::size_t want = 8 * count + 256;
+  while (true) {
+    const std::size_t cut = want >= text.size() ? text.size() : prefix_cut(text, want);
+    std::vector<std::int32_t> ids = encode(text.substr(0, cut));
+    if (ids.size() >= count || cut >= text.size()) {
+      if (ids.size() > count) ids.resize(count);
+      return ids;
+    }
+    want = 2 * cut;
+  }
+}
+
+std::size_t BpeTokenizer::prefix_cut(std::string_view text, std::size_t at) const {
+  for (std::size_t p = std::max<std::size_t>(at, 1); p < text.size(); ++p) {
+    if ((text[p] == ' ' || text[p] == '\n') && text[p - 1] > ' ' && text[p - 1] < '\x7f') return p;
+  }
+  return text.size();
+}
+
 std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<std::int32_t> ids;
   for (const std::string& piece : pre_tokenize(text)) {

@@ -31,6 +31,13 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
+  // The first byte at or after `at` where the text may be cut: the ids of text.substr(0, cut)
+  // begin encode(text). text.size() where no later byte may.
+  virtual std::size_t prefix_cut(std::string_view text, std::size_t at) const = 0;
+  // The first `count` ids of encode(text) (all of them when there are fewer), tokenizing a prefix
+  // cut by prefix_cut() that holds them: `capture` takes 100k tokens of a corpus that may be many
+  // times longer.
+  std::vector<std::int32_t> encode_prefix(std::string_view text, std::size_t count) const;
   // Control tokens come out as their text; throws std::runtime_error for an id outside the
   // vocabulary.
   virtual std::string decode(const std::vector<std::int32_t>& ids) const = 0;
@@ -90,6 +97,10 @@ class BpeTokenizer final : public Tokenizer {
   static BpeTokenizer from_gguf(const gguf::File& file);
 
   std::vector<std::int32_t> encode(std::string_view text) const override;
+  // Before an ASCII space or newline that follows a printable ASCII character: no piece of the
+  // pattern holds a non-space and the space after it, and its one look-ahead, (?!\S), follows
+  // spaces only, so the pieces before such a cut are the same with or without the rest.
+  std::size_t prefix_cut(std::string_view text, std::size_t at) const override;
   std::string decode(const std::vector<std::int32_t>& ids) const override;
 
   // Pre-tokenizer pieces in the byte-level alphabet (" x" as "Ġx"), for tests.
@@ -128,6 +139,8 @@ class SpmTokenizer final : public Tokenizer {
   static SpmTokenizer from_gguf(const gguf::File& file);
 
   std::vector<std::int32_t> encode(std::string_view text) const override;
+  // Where a user-defined token starts, as encode() finds them: merges stay inside a stretch.
+  std::size_t prefix_cut(std::string_view text, std::size_t at) const override;
   std::string decode(const std::vector<std::int32_t>& ids) const override;
 
   bool add_space_prefix() const { return add_space_prefix_; }
@@ -145,6 +158,17 @@ class SpmTokenizer final : public Tokenizer {
 
  private:
   void encode_stretch(std::string_view escaped, std::vector<std::int32_t>& out) const;
+  // A user-defined token with its spaces written as U+2581.
+  struct UserDefined {
+    std::string escaped;
+    std::int32_t id;
+  };
+  struct UserDefinedMatch {
+    const UserDefined* token;  // nullptr: none
+    std::size_t length;        // in the text
+  };
+  // The user-defined token at byte `at` of the text (a space matching U+2581), longest first.
+  UserDefinedMatch user_defined_at(std::string_view text, std::size_t at) const;
   // The id of a token merges may form, or -1.
   std::int32_t piece_id(std::string_view piece) const;
 
@@ -156,11 +180,7 @@ class SpmTokenizer final : public Tokenizer {
   // encoding time.
   std::vector<std::uint64_t> pieces_;
   std::array<std::int32_t, 256> byte_tokens_{};  // <0xXX> by byte, -1 where absent
-  // User-defined tokens with their spaces written as U+2581, by first byte, longest first.
-  struct UserDefined {
-    std::string escaped;
-    std::int32_t id;
-  };
+  // By first byte, longest first.
   std::array<std::vector<UserDefined>, 256> user_defined_;
   std::size_t longest_token_ = 0;  // in bytes
   bool add_space_prefix_ = true;

@@ -169,29 +169,51 @@ std::int32_t SpmTokenizer::piece_id(std::string_view piece) const {
   }
 }
 
-std::vector<std::int32_t> SpmTokenizer::encode(std::string_view text) const {
-  const std::string s = escape_spaces(text);
-  std::vector<std::int32_t> ids;
-  std::size_t start = 0;  // of the stretch since the last user-defined token
-  for (std::size_t at = 0; at < s.size();) {
-    const UserDefined* match = nullptr;
-    for (const UserDefined& u : user_defined_[static_cast<unsigned char>(s[at])]) {
-      if (std::string_view(s).substr(at).starts_with(u.escaped)) {
-        match = &u;
-        break;
+SpmTokenizer::UserDefinedMatch SpmTokenizer::user_defined_at(std::string_view text,
+                                                             std::size_t at) const {
+  const auto first = static_cast<unsigned char>(text[at] == ' ' ? kSpaceMark[0] : text[at]);
+  for (const UserDefined& u : user_defined_[first]) {
+    std::size_t i = at, j = 0;
+    for (; i < text.size() && j < u.escaped.size(); ++i) {
+      if (text[i] == ' ') {
+        if (u.escaped.compare(j, kSpaceMark.size(), kSpaceMark) != 0) break;
+        j += kSpaceMark.size();
+      } else {
+        if (u.escaped[j] != text[i]) break;
+        ++j;
       }
     }
-    if (!match) {
+    if (j == u.escaped.size()) return {&u, i - at};
+  }
+  return {nullptr, 0};
+}
+
+std::vector<std::int32_t> SpmTokenizer::encode(std::string_view text) const {
+  std::vector<std::int32_t> ids;
+  std::size_t start = 0;  // of the stretch since the last user-defined token
+  for (std::size_t at = 0; at < text.size();) {
+    const UserDefinedMatch match = user_defined_at(text, at);
+    if (!match.token) {
       ++at;
       continue;
     }
-    if (at > start) encode_stretch(std::string_view(s).substr(start, at - start), ids);
-    ids.push_back(match->id);
-    at += match->escaped.size();
+    if (at > start) encode_stretch(escape_spaces(text.substr(start, at - start)), ids);
+    ids.push_back(match.token->id);
+    at += match.length;
     start = at;
   }
-  if (start < s.size()) encode_stretch(std::string_view(s).substr(start), ids);
+  if (start < text.size()) encode_stretch(escape_spaces(text.substr(start)), ids);
   return ids;
+}
+
+std::size_t SpmTokenizer::prefix_cut(std::string_view text, std::size_t at) const {
+  // Leftmost-longest matching is sequential: the scan starts where encode()'s does.
+  for (std::size_t p = 0; p < text.size();) {
+    const UserDefinedMatch match = user_defined_at(text, p);
+    if (match.token && p >= at) return p;
+    p += match.token ? match.length : 1;
+  }
+  return text.size();
 }
 
 void SpmTokenizer::encode_stretch(std::string_view escaped, std::vector<std::int32_t>& out) const {

@@ -109,11 +109,11 @@ class BpeMerges : public test::TempDirTest {
     return ids;
   }
 
-  const std::vector<std::string> vocabulary_ = {"<unk>", "<s>",  "</s>", "a",       "b",   "c",
-                                                "aa",    "ab",   "bc",   "aaa",     "abc", "aab",
-                                                "aaaa",  "bcbc", "abca", "aaaaaaaa"};
-  const std::vector<std::string> merges_ = {"a a",  "b c",   "a b",   "aa a",  "ab c",
-                                            "a ab", "aa aa", "bc bc", "abc a", "aaaa aaaa"};
+  const std::vector<std::string> vocabulary_ = {
+      "<unk>", "<s>", "</s>", "a",    "b",    "c",        "aa", "ab", "bc", "aaa",
+      "abc",   "aab", "aaaa", "bcbc", "abca", "aaaaaaaa", "Ġ",  "Ċ",  "Ġa", "Ġab"};
+  const std::vector<std::string> merges_ = {"a a",   "b c",   "a b",   "aa a",      "ab c", "a ab",
+                                            "aa aa", "bc bc", "abc a", "aaaa aaaa", "Ġ a",  "Ġa b"};
 };
 
 TEST_F(BpeMerges, MergesAsTheTextbookRuleDoes) {
@@ -136,6 +136,75 @@ TEST_F(BpeMerges, EncodesALongRunInLinearithmicTime) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(ids.size(), 200'000u / 8);
   EXPECT_LT(seconds, 2.0);
+}
+
+// Every cut prefix_cut() gives begins the whole text's ids, on random text of letters, digits,
+// spaces, tabs, newlines, apostrophes and accents, where the pattern's look-ahead and its optional
+// leading space are at work on both sides of a cut ("Ġa" is a token); and encode_prefix() gives the
+// whole text's first ids.
+TEST_F(BpeMerges, CutsPrefixesThatEncodeAsTheWholeTextBegins) {
+  const BpeTokenizer tok = BpeTokenizer::from_gguf(gguf::File::open(dir_ / "bpe.gguf"));
+  const std::vector<std::string> alphabet = {"a",  "b",    "c",  "ab", "aa", " ", " ", "  ",
+                                             "\n", "\n\n", "\t", "1",  "'",  "s", ".", "\xc3\xa9"};
+  std::mt19937 rng(11);
+  int cuts = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string text;
+    for (std::size_t n = 1 + rng() % 300; n > 0; --n) text += alphabet[rng() % alphabet.size()];
+    const std::vector<std::int32_t> all = tok.encode(text);
+    for (std::size_t at = 0; at <= text.size(); ++at) {
+      const std::size_t cut = tok.prefix_cut(text, at);
+      ASSERT_GE(cut, at);
+      ASSERT_LE(cut, text.size());
+      if (cut == text.size()) break;
+      const std::vector<std::int32_t> ids = tok.encode(text.substr(0, cut));
+      ASSERT_TRUE(ids.size() <= all.size() && std::equal(ids.begin(), ids.end(), all.begin()))
+          << "cut at " << cut << " of " << text;
+      ++cuts;
+    }
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{17},
+                              all.size() / 2, all.size(), all.size() + 3}) {
+      const std::vector<std::int32_t> want(all.begin(), all.begin() + std::min(count, all.size()));
+      ASSERT_EQ(tok.encode_prefix(text, count), want) << "count " << count << " of " << text;
+    }
+  }
+  EXPECT_GT(cuts, 10'000);
+}
+
+// capture takes --tokens from a corpus of any length: what follows the tokens it needs is never
+// tokenized (5 MB of one letter take tens of seconds to merge).
+TEST_F(BpeMerges, EncodesAPrefixWithoutTheRestOfTheText) {
+  const BpeTokenizer tok = BpeTokenizer::from_gguf(gguf::File::open(dir_ / "bpe.gguf"));
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += "ab c ";
+  text += std::string(5'000'000, 'a');
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<std::int32_t> ids = tok.encode_prefix(text, 100);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 0.5);
+  EXPECT_EQ(ids, tok.encode_prefix(text.substr(0, 10'000), 100));
+  EXPECT_EQ(ids.size(), 100u);
+}
+
+TEST(BpeTokenizer, CutsCheckpointPrefixesThatEncodeAsTheWholeTextBegins) {
+  const char* path = std::getenv("SKIPSOFTMAX_SMOLLM2_GGUF");
+  if (!path || !std::filesystem::exists(path)) GTEST_SKIP() << "SKIPSOFTMAX_SMOLLM2_GGUF not set";
+  const BpeTokenizer tok = BpeTokenizer::from_gguf(gguf::File::open(path));
+  std::string text =
+      read_text_file(std::filesystem::path(SKIPSOFTMAX_TEST_DATA) / "engine_text.txt");
+  for (const auto& c : cases()) text += c["text"].get<std::string>();
+  const std::vector<std::int32_t> all = tok.encode(text);
+  for (std::size_t at = 0; at < text.size(); at += 97) {
+    const std::size_t cut = tok.prefix_cut(text, at);
+    ASSERT_LT(cut, at + 40);  // English has a space every few letters
+    const std::vector<std::int32_t> ids = tok.encode(text.substr(0, cut));
+    ASSERT_TRUE(std::equal(ids.begin(), ids.end(), all.begin())) << "cut at " << cut;
+  }
+  for (std::size_t count = 1; count <= all.size() + 1; count += 1 + count / 3) {
+    const std::vector<std::int32_t> want(all.begin(), all.begin() + std::min(count, all.size()));
+    ASSERT_EQ(tok.encode_prefix(text, count), want) << count;
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -224,6 +225,53 @@ TEST_F(SpmTokenizerRules, UserDefinedTokensAreCutOutLeftmostLongest) {
   EXPECT_EQ(t.decode(t.encode("a\n\n\nb<b>ab     c")), "a\n\n\nb<b>ab     c");
 }
 
+// Every cut prefix_cut() gives begins the whole text's ids, on random text where user-defined
+// tokens overlap ("\n\n\n" is "\n\n" then "\n") and merges reach across spaces, with and without
+// the prefix space; and encode_prefix() gives the whole text's first ids.
+TEST_F(SpmTokenizerRules, CutsPrefixesThatEncodeAsTheWholeTextBegins) {
+  const std::vector<Piece> v = with(kLetters, {{"\n", -1000, Type::kUserDefined},
+                                               {"\n\n", -1000, Type::kUserDefined},
+                                               {"  ", -1000, Type::kUserDefined},
+                                               {"   ", -1000, Type::kUserDefined},
+                                               {"<b>", -1000, Type::kUserDefined},
+                                               {"ab", -1, Type::kNormal},
+                                               {"\xe2\x96\x81"
+                                                "a",
+                                                -2, Type::kNormal},
+                                               {"ab\xe2\x96\x81"
+                                                "c",
+                                                -3, Type::kNormal}});
+  const std::vector<std::string> alphabet = {"a",  "b",   "c", "ab",       " ",           " ",
+                                             "\n", "<b>", "<", "\xc3\xa9", "\xe2\x96\x81"};
+  int cuts = 0;
+  for (const SpmTokenizer& t :
+       {load(spm_vocabulary(v, true, gemma_flags())), load(spm_vocabulary(v))}) {
+    std::mt19937 rng(5);
+    for (int trial = 0; trial < 200; ++trial) {
+      std::string text;
+      for (std::size_t n = 1 + rng() % 300; n > 0; --n) text += alphabet[rng() % alphabet.size()];
+      const std::vector<std::int32_t> all = t.encode(text);
+      for (std::size_t at = 0; at <= text.size(); ++at) {
+        const std::size_t cut = t.prefix_cut(text, at);
+        ASSERT_GE(cut, at);
+        ASSERT_LE(cut, text.size());
+        if (cut == text.size()) break;
+        const std::vector<std::int32_t> ids = t.encode(text.substr(0, cut));
+        ASSERT_TRUE(ids.size() <= all.size() && std::equal(ids.begin(), ids.end(), all.begin()))
+            << "cut at " << cut << " of " << text;
+        ++cuts;
+      }
+      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{40},
+                                all.size() / 2, all.size(), all.size() + 1}) {
+        const std::vector<std::int32_t> want(all.begin(),
+                                             all.begin() + std::min(count, all.size()));
+        ASSERT_EQ(t.encode_prefix(text, count), want) << "count " << count << " of " << text;
+      }
+    }
+  }
+  EXPECT_GT(cuts, 10'000);
+}
+
 TEST_F(SpmTokenizerRules, UnknownCharactersFallBackToBytes) {
   const SpmTokenizer t = load(spm_vocabulary(kLetters, true, gemma_flags()));
   const std::vector<std::int32_t> ids = t.encode(
@@ -403,6 +451,28 @@ TEST(SpmTokenizerGemma3, EncodesAHundredThousandCharactersWellUnderASecond) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_LT(seconds, 1.0) << s.size() << " bytes";
     EXPECT_GT(ids.size(), s.size() / 8);
+  }
+}
+
+TEST(SpmTokenizerGemma3, CutsPrefixesThatEncodeAsTheWholeTextBegins) {
+  const char* path = checkpoint("SKIPSOFTMAX_GEMMA3_GGUF");
+  if (!path) GTEST_SKIP() << "SKIPSOFTMAX_GEMMA3_GGUF not set";
+  const SpmTokenizer t = SpmTokenizer::from_gguf(gguf::File::open(path));
+  std::string text = read_text_file(fs::path(SKIPSOFTMAX_TEST_DATA) / "engine_text.txt");
+  for (const auto& c : gemma3_cases()) text += c["text"].get<std::string>();
+  const std::vector<std::int32_t> all = t.encode(text);
+  std::size_t cuts = 0;
+  for (std::size_t at = 0; at < text.size(); at += 97) {
+    const std::size_t cut = t.prefix_cut(text, at);
+    if (cut == text.size()) break;
+    const std::vector<std::int32_t> ids = t.encode(text.substr(0, cut));
+    ASSERT_TRUE(std::equal(ids.begin(), ids.end(), all.begin())) << "cut at " << cut;
+    ++cuts;
+  }
+  EXPECT_GT(cuts, text.size() / 97 / 2);  // paragraphs ("\n\n") are user-defined tokens
+  for (std::size_t count = 1; count <= all.size() + 1; count += 1 + count / 3) {
+    const std::vector<std::int32_t> want(all.begin(), all.begin() + std::min(count, all.size()));
+    ASSERT_EQ(t.encode_prefix(text, count), want) << count;
   }
 }
 

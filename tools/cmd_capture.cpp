@@ -93,22 +93,22 @@ void capture(const CaptureArgs& a) {
   if (layers.empty() && !a.logits) {
     throw std::invalid_argument("nothing to capture: give --layers and/or --logits");
   }
+  if (a.tokens > model.context_length) {
+    throw std::invalid_argument("--tokens " + std::to_string(a.tokens) +
+                                " exceeds the model's context of " +
+                                std::to_string(model.context_length));
+  }
   const std::string text = read_text_file(a.text_file);
   if (const std::optional<std::size_t> at = invalid_utf8_at(text)) {
     throw std::invalid_argument("--text " + a.text_file + ": not UTF-8 text (an invalid byte at " +
                                 std::to_string(*at) + ")");
   }
   const ModelText model_text(file);
-  std::vector<std::int32_t> ids = model_text.encode(text);
+  const std::vector<std::int32_t> ids =
+      model_text.encode_prefix(text, static_cast<std::size_t>(a.tokens));
   if (static_cast<int>(ids.size()) < a.tokens) {
     throw std::invalid_argument(a.text_file + ": " + std::to_string(ids.size()) +
                                 " tokens, fewer than --tokens " + std::to_string(a.tokens));
-  }
-  ids.resize(static_cast<std::size_t>(a.tokens));
-  if (a.tokens > model.context_length) {
-    throw std::invalid_argument("--tokens " + std::to_string(a.tokens) +
-                                " exceeds the model's context of " +
-                                std::to_string(model.context_length));
   }
   const fs::path out_dir = fs::absolute(a.out_dir).lexically_normal();
   check_out_dir(out_dir);

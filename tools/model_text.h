@@ -45,6 +45,14 @@ class ModelText {
     ids.insert(ids.end(), body.begin(), body.end());
     return ids;
   }
+  // The first `count` ids of encode(text), tokenizing only the prefix of the text they need.
+  std::vector<std::int32_t> encode_prefix(std::string_view text, std::size_t count) const {
+    std::vector<std::int32_t> ids;
+    if (add_bos_ && bos_ >= 0 && count > 0) ids.push_back(bos_);
+    const std::vector<std::int32_t> body = get().encode_prefix(text, count - ids.size());
+    ids.insert(ids.end(), body.begin(), body.end());
+    return ids;
+  }
   std::string decode(const std::vector<std::int32_t>& ids) const { return get().decode(ids); }
 
   bool adds_bos() const { return add_bos_ && bos_ >= 0; }
