@@ -212,8 +212,7 @@ extern "C" int skipsoftmax_decode(const skipsoftmax_decode_args* args, void* str
 }
 
 extern "C" int64_t skipsoftmax_decode_workspace_size(const skipsoftmax_decode_args* args,
-                                                     int* num_splits, char* error,
-                                                     int error_len) {
+                                                     int* num_splits, char* error, int error_len) {
   try {
     const skipsoftmax::DecodeArguments d = decode_arguments(args);
     const std::size_t bytes = skipsoftmax::decode_workspace_size(d);  // checks the arguments
@@ -242,6 +241,24 @@ extern "C" int skipsoftmax_prefill_can_implement(const skipsoftmax_prefill_args*
       throw std::invalid_argument("prefill: " + why);
     }
     return kernel_code(skipsoftmax::prefill_kernel_choice(p));
+  } catch (...) {
+    return fail(error, error_len);
+  }
+}
+
+extern "C" int skipsoftmax_prefill_reference(const skipsoftmax_prefill_args* args, char* error,
+                                             int error_len) {
+  try {
+    return kernel_code(skipsoftmax::run_prefill_reference(prefill_arguments(args)));
+  } catch (...) {
+    return fail(error, error_len);
+  }
+}
+
+extern "C" int skipsoftmax_decode_reference(const skipsoftmax_decode_args* args, char* error,
+                                            int error_len) {
+  try {
+    return kernel_code(skipsoftmax::run_decode_reference(decode_arguments(args)));
   } catch (...) {
     return fail(error, error_len);
   }

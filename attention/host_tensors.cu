@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/device_buffer.h"
+#include "host_checks.h"
 #include "skipsoftmax/decode.h"
 #include "skipsoftmax/prefill.h"
 
@@ -18,28 +19,6 @@ namespace skipsoftmax {
 namespace {
 
 using Device = common::DeviceAllocation;
-
-// [batch + 1] offsets from 0 to `total`, never decreasing, the longest step `longest`.
-void check_offsets(const char* what, const std::vector<std::int32_t>& cu, int batch,
-                   std::int64_t total, int longest) {
-  common::expect_size("prefill", what, cu, std::int64_t{batch} + 1);
-  const std::string name = std::string("prefill: ") + what;
-  if (cu.front() != 0 || cu.back() != total) {
-    throw std::invalid_argument(name + " must run from 0 to " + std::to_string(total) + ", got " +
-                                std::to_string(cu.front()) + " to " + std::to_string(cu.back()));
-  }
-  int most = 0;
-  for (int b = 0; b < batch; ++b) {
-    if (cu[b + 1] < cu[b]) {
-      throw std::invalid_argument(name + " decreases at entry " + std::to_string(b + 1));
-    }
-    most = std::max(most, cu[b + 1] - cu[b]);
-  }
-  if (most != longest) {
-    throw std::invalid_argument(name + ": the longest sequence holds " + std::to_string(most) +
-                                " tokens, the arguments' maximum is " + std::to_string(longest));
-  }
-}
 
 // The arguments and the host tensors, before any GPU work: the kernels trust both (a maximum
 // below a sequence's length would leave its last query rows unwritten).
@@ -59,8 +38,10 @@ void check_host_inputs(PrefillArguments a, const std::vector<std::uint16_t>& q,
   common::expect_size("prefill", "q", q, a.total_q * a.num_heads_q * a.head_dim);
   common::expect_size("prefill", "k", k, a.total_k * a.num_heads_kv * a.head_dim);
   common::expect_size("prefill", "v", v, a.total_k * a.num_heads_kv * a.head_dim);
-  check_offsets("cu_seqlens_q", cu_seqlens_q, a.batch, a.total_q, a.max_seqlen_q);
-  check_offsets("cu_seqlens_k", cu_seqlens_k, a.batch, a.total_k, a.max_seqlen_k);
+  common::check_offsets("prefill", "cu_seqlens_q", cu_seqlens_q, a.batch, a.total_q,
+                        a.max_seqlen_q);
+  common::check_offsets("prefill", "cu_seqlens_k", cu_seqlens_k, a.batch, a.total_k,
+                        a.max_seqlen_k);
 }
 
 // The arguments and the host tensors, before any GPU work: the kernels trust both (a length past
@@ -84,31 +65,7 @@ void check_host_inputs(DecodeArguments a, const std::vector<std::uint16_t>& q,
   common::expect_size("decode", "page_table", page_table,
                       std::int64_t{a.batch} * a.kv.max_pages_per_seq);
   common::expect_size("decode", "seq_lens", seq_lens, a.batch);
-  std::int32_t longest = 0;
-  for (int b = 0; b < a.batch; ++b) {
-    const std::int32_t len = seq_lens[b];
-    if (len < a.q_len || len > a.max_seq_len) {
-      throw std::invalid_argument(
-          "decode: seq_lens[" + std::to_string(b) + "] = " + std::to_string(len) +
-          " lies outside [q_len, max_seq_len] = [" + std::to_string(a.q_len) + ", " +
-          std::to_string(a.max_seq_len) + "]");
-    }
-    longest = std::max(longest, len);
-    for (std::int32_t i = 0; i < (len + a.kv.page_size - 1) / a.kv.page_size; ++i) {
-      const std::int32_t page = page_table[std::size_t(b) * a.kv.max_pages_per_seq + i];
-      if (page < 0 || page >= a.kv.num_pages) {
-        throw std::invalid_argument("decode: page_table[" + std::to_string(b) + "][" +
-                                    std::to_string(i) + "] = " + std::to_string(page) +
-                                    " lies outside the cache's " + std::to_string(a.kv.num_pages) +
-                                    " pages");
-      }
-    }
-  }
-  if (longest != a.max_seq_len) {
-    throw std::invalid_argument("decode: max_seq_len (" + std::to_string(a.max_seq_len) +
-                                ") is not the longest seq_lens entry (" + std::to_string(longest) +
-                                ")");
-  }
+  common::check_decode_lengths(a, page_table, seq_lens);
 }
 
 // The [batch, 2] tile counters (skipped, total) the kernels add to, zeroed.

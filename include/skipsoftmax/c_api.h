@@ -141,6 +141,15 @@ int skipsoftmax_decode(const skipsoftmax_decode_args* args, void* stream, char* 
 int64_t skipsoftmax_decode_workspace_size(const skipsoftmax_decode_args* args, int* num_splits,
                                           char* error, int error_len);
 
+/* The float64 CPU reference on the same arguments with host pointers (q, k, v or the pages,
+ * cu_seqlens, page_table, seq_lens, out, stats): the kernels' vote tiles, visit order, dispatch
+ * and split count, so the GPU's skip decisions; out in dtype, rounded through float; stats added
+ * to by a skip launch only. The checks of the launch plus those of the index tensors it reads
+ * (offsets, lengths, page ids). No GPU needed. Returns like skipsoftmax_prefill /
+ * skipsoftmax_decode (the workspace fields of decode are unused). */
+int skipsoftmax_prefill_reference(const skipsoftmax_prefill_args* args, char* error, int error_len);
+int skipsoftmax_decode_reference(const skipsoftmax_decode_args* args, char* error, int error_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -102,4 +102,9 @@ HostDecodeResult run_decode_host(DecodeArguments args, const std::vector<std::ui
                                  const std::vector<std::int32_t>& page_table,
                                  const std::vector<std::int32_t>& seq_lens);
 
+// The float64 CPU reference on a launch's arguments whose pointers are host pointers, as
+// run_prefill_reference (prefill.h) is for prefill: the kernels' tile and the split count
+// decode_num_splits gives (where no GPU is present, the H100/H200's), so the GPU's skip decisions.
+KernelChoice run_decode_reference(const DecodeArguments& args);
+
 }  // namespace skipsoftmax

@@ -107,4 +107,13 @@ HostPrefillResult run_prefill_host(PrefillArguments args, const std::vector<std:
                                    const std::vector<std::int32_t>& cu_seqlens_q,
                                    const std::vector<std::int32_t>& cu_seqlens_k);
 
+// The float64 CPU reference (reference.h) on a launch's arguments whose pointers are host
+// pointers: q, k, v or the pages (16-bit values), cu_seqlens, the page table, out and stats. It
+// takes the kernels' vote tiles, visit order and dispatch, so it makes their skip decisions;
+// paged K and V are gathered through the page table, `out` is written in the launch's dtype
+// (rounded through float) and stats are added to by a skip launch only, as on the GPU. Checks
+// what run_prefill_host checks, then throws like run_prefill. No GPU needed: the fallback of a
+// machine without one, and an oracle for engines. Returns the kernel run_prefill would launch.
+KernelChoice run_prefill_reference(const PrefillArguments& args);
+
 }  // namespace skipsoftmax
