@@ -26,6 +26,7 @@ import ctypes
 import json
 import math
 import os
+import pathlib
 import statistics
 import subprocess
 import sys
@@ -39,47 +40,20 @@ from processes import summarize_in_processes
 from timing_stats import paired_speedups, quartiles
 
 
-C_API = "0.3"  # the version (major.minor) whose argument structs the mirrors below hold
+# The C API's argument structs and loader come from the Python package's binding, one mirror of
+# c_api.h for the package, these scripts and their tests.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
+from skipsoftmax import _capi  # noqa: E402
+
+PrefillArgs = _capi.PrefillArgs
+ORDERS = {"forward": 0, "reverse": 1, "sink-reverse": 2}
 
 
 def load_library(path):
-    """libskipsoftmax_capi.so at `path`, refused by name unless its argument structs are the
-    mirrors' (a struct of another layout would be misread, not refused)."""
-    lib = ctypes.CDLL(path)
-    version = getattr(lib, "skipsoftmax_version", None)
-    if version is None:
-        raise RuntimeError(f"{path}: a C API before 0.3 (no skipsoftmax_version); these scripts "
-                           f"mirror {C_API}'s argument structs: build the library from this tree")
-    version.restype = ctypes.c_char_p
-    have = version().decode()
-    if have.split(".")[:2] != C_API.split("."):
-        raise RuntimeError(f"{path}: C API {have}; these scripts mirror {C_API}'s argument "
-                           f"structs: build the library from this tree")
-    return lib
-
-
-class PrefillArgs(ctypes.Structure):
-    """Mirror of skipsoftmax_prefill_args in include/skipsoftmax/c_api.h."""
-    _fields_ = [
-        ("struct_size", ctypes.c_uint32), ("dtype", ctypes.c_int), ("head_dim", ctypes.c_int),
-        ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
-        ("out", ctypes.c_void_p),
-        ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
-        ("batch", ctypes.c_int), ("total_q", ctypes.c_int64), ("total_k", ctypes.c_int64),
-        ("max_seqlen_q", ctypes.c_int), ("max_seqlen_k", ctypes.c_int),
-        ("num_heads_q", ctypes.c_int),
-        ("num_heads_kv", ctypes.c_int), ("causal", ctypes.c_int),
-        ("softmax_scale", ctypes.c_double), ("kv_order", ctypes.c_int),
-        ("table_rows", ctypes.c_int), ("table_bins", ctypes.c_void_p),
-        ("table_scales", ctypes.c_void_p), ("flat_lambda", ctypes.c_double),
-        ("stats", ctypes.c_void_p), ("force_kernel", ctypes.c_int),
-        ("window", ctypes.c_int), ("k_pages", ctypes.c_void_p), ("v_pages", ctypes.c_void_p),
-        ("num_pages", ctypes.c_int64), ("page_size", ctypes.c_int),
-        ("page_table", ctypes.c_void_p), ("max_pages_per_seq", ctypes.c_int),
-    ]
-
-
-ORDERS = {"forward": 0, "reverse": 1, "sink-reverse": 2}
+    """libskipsoftmax_capi.so at `path`, refused by name unless it is of the binding's minor
+    version (a struct of another layout would be misread, not refused)."""
+    os.environ["SKIPSOFTMAX_LIBRARY"] = str(path)
+    return _capi.library()
 
 
 def structured(positions, heads, dim, role, gen, sink=12.0, band=8.0, noise=0.75):

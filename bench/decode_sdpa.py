@@ -65,28 +65,11 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-from compare_sdpa import interleaved_median_ms, load_library, rel_l2, structured
+from compare_sdpa import _capi, interleaved_median_ms, load_library, rel_l2, structured
 from processes import summarize_in_processes
 
 
-class DecodeArgs(ctypes.Structure):
-    """Mirror of skipsoftmax_decode_args in include/skipsoftmax/c_api.h."""
-    _fields_ = [
-        ("struct_size", ctypes.c_uint32), ("dtype", ctypes.c_int), ("head_dim", ctypes.c_int),
-        ("q", ctypes.c_void_p), ("out", ctypes.c_void_p),
-        ("k_pages", ctypes.c_void_p), ("v_pages", ctypes.c_void_p),
-        ("num_pages", ctypes.c_int64), ("page_size", ctypes.c_int),
-        ("page_table", ctypes.c_void_p), ("max_pages_per_seq", ctypes.c_int),
-        ("seq_lens", ctypes.c_void_p), ("batch", ctypes.c_int), ("max_seq_len", ctypes.c_int),
-        ("num_heads_q", ctypes.c_int), ("num_heads_kv", ctypes.c_int),
-        ("softmax_scale", ctypes.c_double),
-        ("table_rows", ctypes.c_int), ("table_bins", ctypes.c_void_p),
-        ("table_scales", ctypes.c_void_p), ("flat_lambda", ctypes.c_double),
-        ("num_splits", ctypes.c_int), ("workspace", ctypes.c_void_p),
-        ("workspace_bytes", ctypes.c_int64),
-        ("stats", ctypes.c_void_p), ("force_kernel", ctypes.c_int), ("window", ctypes.c_int),
-        ("q_len", ctypes.c_int),
-    ]
+DecodeArgs = _capi.DecodeArgs
 
 
 def median_ms(fn, iters=10):

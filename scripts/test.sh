@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds everything, runs a short round of the fuzz targets, then the whole test suite. GPU tests
-# (CTest label gpu) skip cleanly on a machine without a GPU; there only the bf16 head-dim-128
-# kernels (dense and skip families) are compiled, to keep the build short, and every kernel family
-# where a GPU can run them.
+# Builds everything, runs a short round of the fuzz targets, then the whole test suite and the
+# Python package's tests. GPU tests (CTest label gpu, pytest's Hopper tests) skip cleanly on a
+# machine without a GPU; there only the bf16 head-dim-128 kernels (dense and skip families) are
+# compiled, to keep the build short, and every kernel family where a GPU can run them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -18,3 +18,5 @@ scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
 [[ -f models/gemma-3-270m-q4_k_m.gguf ]] &&
   export SKIPSOFTMAX_GEMMA3_GGUF=$PWD/models/gemma-3-270m-q4_k_m.gguf
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
+# The Python package, built as pip builds it, and its tests.
+scripts/test-python.sh

@@ -3,14 +3,11 @@ reader of CUTLASS's example (bench/cutlass_peer.py), against stand-ins for the p
 the process runner (bench/processes.py), the order statistics of the side-by-side benchmarks and
 their summary over processes (bench/timing_stats.py), the reader of
 captured Q/K/V (bench/captures.py), the channel-box bound of bench/studies/box_bound_study.py,
-the cost model of bench/studies/dense_prefix_study.py, and the
-side-by-side scripts' ctypes mirrors of the C API's argument structs (with SKIPSOFTMAX_CAPI, the
-library built beside them)."""
-import ctypes
+and the cost model of bench/studies/dense_prefix_study.py. (The side-by-side scripts take the C
+API's argument structs from the Python package's binding, which python/tests checks.)"""
 import json
 import os
 import pathlib
-import re
 import stat
 import subprocess
 import sys
@@ -467,40 +464,6 @@ class DensePrefix(unittest.TestCase):
         # A prefix as long as the slice runs it all dense, with no switch.
         self.assertAlmostEqual(slice_cost(v, 6, 0.5, 1.25, 0.25), 6)
         self.assertAlmostEqual(slice_cost(v, 9, 0.5, 1.25, 0.25), 6)
-
-
-def ctypes_mirror(script, name):
-    """The ctypes.Structure `name` of a bench script, read from its source: the scripts import
-    PyTorch, which a machine without a GPU need not have."""
-    text = (BENCH / script).read_text()
-    m = re.search(r"class %s\(ctypes\.Structure\):.*?_fields_ = (\[.*?\n    \])" % name, text,
-                  re.S)
-    return type(name, (ctypes.Structure,), {"_fields_": eval(m.group(1), {"ctypes": ctypes})})
-
-
-@unittest.skipUnless(os.environ.get("SKIPSOFTMAX_CAPI"), "SKIPSOFTMAX_CAPI is not set")
-class CApiMirrors(unittest.TestCase):
-    """The scripts' mirrors hold the C structs' fields: the library's init functions write the
-    struct's size and defaults into them, at the mirrors' offsets."""
-
-    def test_mirrors_match_the_library(self):
-        lib = ctypes.CDLL(os.environ["SKIPSOFTMAX_CAPI"])
-        lib.skipsoftmax_version.restype = ctypes.c_char_p
-        mirrored = re.search(r'^C_API = "([0-9.]+)"', (BENCH / "compare_sdpa.py").read_text(),
-                             re.M).group(1)
-        self.assertEqual(lib.skipsoftmax_version().decode().split(".")[:2], mirrored.split("."))
-        for script, name, init in (("compare_sdpa.py", "PrefillArgs", "prefill"),
-                                   ("decode_sdpa.py", "DecodeArgs", "decode")):
-            args = ctypes_mirror(script, name)()
-            getattr(lib, f"skipsoftmax_{init}_args_init")(ctypes.byref(args))
-            self.assertEqual(args.struct_size, ctypes.sizeof(args), name)
-            self.assertEqual((args.dtype, args.head_dim, args.force_kernel), (1, 128, -1), name)
-        decode = ctypes_mirror("decode_sdpa.py", "DecodeArgs")()
-        lib.skipsoftmax_decode_args_init(ctypes.byref(decode))
-        self.assertEqual((decode.q_len, decode.num_splits, decode.workspace_bytes), (1, 0, 0))
-        prefill = ctypes_mirror("compare_sdpa.py", "PrefillArgs")()
-        lib.skipsoftmax_prefill_args_init(ctypes.byref(prefill))
-        self.assertEqual((prefill.causal, prefill.kv_order, prefill.max_pages_per_seq), (1, 2, 0))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,173 @@
+"""Post-RoPE Q, K and V of a Hugging Face model, in the layout `skipsoftmax calibrate
+--captures-dir` reads (calibration/capture_source.h): per prompt a manifest.json,
+
+    {"tokens": "tokens.npy", "layers": [{"layer": 0, "q": "layer00_q.npy", ...}, ...], ...}
+
+with q [n, heads_q, head_dim] and k, v [n, heads_kv, head_dim] as the attention function receives
+them (after the rotary embedding and any q/k norms, q not scaled). The prompts are the first
+--tokens of a text, or the prompt_*.npy files that `skipsoftmax calibrate --write-samples DIR`
+writes (one subdirectory of captures each).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import sys
+from typing import Iterable, Optional
+
+import numpy as np
+import torch
+
+CAPTURE_NAME = "skipsoftmax_capture"
+
+
+class _Recorder:
+    """The attention function that records its inputs for the layers asked for, then runs SDPA."""
+
+    def __init__(self):
+        self.layers: Optional[set[int]] = None
+        self.records: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    def __call__(self, module, query, key, value, attention_mask, **kwargs):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        layer = getattr(module, "layer_idx", None)
+        if layer is None:
+            raise RuntimeError(f"{type(module).__name__} has no layer_idx: cannot name its capture")
+        if self.layers is None or layer in self.layers:
+            # [B=1, H, n, D] -> [n, H, D], on the host.
+            self.records[layer] = tuple(t[0].transpose(0, 1).float().cpu()
+                                        for t in (query, key, value))
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+_recorder = _Recorder()
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(CAPTURE_NAME, _recorder)
+    AttentionMaskInterface.register(CAPTURE_NAME, sdpa_mask)
+
+
+def capture_prompt(model, ids: list[int], layers: Optional[Iterable[int]]) -> dict:
+    """{layer: (q, k, v)} float32 host tensors of one prompt's forward pass."""
+    _register()
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(CAPTURE_NAME)
+    _recorder.layers = None if layers is None else set(layers)
+    _recorder.records = {}
+    try:
+        with torch.no_grad():
+            model(torch.tensor([ids], device=model.device))
+        return dict(sorted(_recorder.records.items()))
+    finally:
+        _recorder.records = {}
+        model.set_attn_implementation(previous)
+
+
+def write_capture(directory: pathlib.Path, ids: list[int], records: dict, dtype: str,
+                  meta: dict) -> None:
+    """One prompt's captures and manifest into `directory` (created)."""
+    directory.mkdir()
+    np_dtype = np.float16 if dtype == "f16" else np.float32
+    np.save(directory / "tokens.npy", np.asarray(ids, dtype=np.int32))
+    layers = []
+    for layer, tensors in records.items():
+        entry = {"layer": layer}
+        for name, t in zip("qkv", tensors):
+            values = t.numpy()
+            if not np.isfinite(values).all():
+                raise ValueError(f"layer {layer}: {name} holds values that are not finite")
+            if dtype == "f16" and np.abs(values).max() > np.finfo(np.float16).max:
+                raise ValueError(f"layer {layer}: {name} overflows float16; use --dtype f32")
+            entry[name] = f"layer{layer:02d}_{name}.npy"
+            np.save(directory / entry[name], values.astype(np_dtype))
+        layers.append(entry)
+    manifest = {**meta, "tokens": "tokens.npy", "dtype": "float16" if dtype == "f16" else "float32",
+                "layout": "q: [tokens, heads_q, head_dim]; k, v: [tokens, heads_kv, head_dim]; "
+                          "q and k after the rotary embedding, q not scaled",
+                "layers": layers}
+    (directory / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _prompts_from_samples(directory: pathlib.Path) -> list[tuple[str, list[int]]]:
+    files = sorted(directory.glob("prompt_*.npy"))
+    if not files:
+        raise FileNotFoundError(f"{directory}: no prompt_*.npy files (write them with "
+                                "`skipsoftmax calibrate --write-samples DIR`)")
+    prompts = []
+    for f in files:
+        ids = np.load(f, allow_pickle=False)
+        if ids.ndim != 1 or ids.dtype.kind not in "iu" or ids.size == 0:
+            raise ValueError(f"{f}: expected a non-empty 1-D integer array of token ids, got "
+                             f"{ids.dtype} {ids.shape}")
+        prompts.append((f.stem, ids.astype(np.int64).tolist()))
+    return prompts
+
+
+def run(args) -> None:
+    import transformers
+
+    out = pathlib.Path(args.out_dir).absolute()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"--out-dir {out}: exists and is not an empty directory")
+    layers = None
+    if args.layers:
+        layers = [int(x) for x in args.layers.split(",")]
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.model_dtype]
+    model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype)
+    model = model.to(args.device).eval()
+    n_layers = model.config.num_hidden_layers
+    for layer in layers or []:
+        if not 0 <= layer < n_layers:
+            raise ValueError(f"--layers: {layer} is outside the model's {n_layers} layers")
+
+    if args.prompts:
+        prompts = _prompts_from_samples(pathlib.Path(args.prompts))
+    else:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(args.model)
+        text = pathlib.Path(args.text).read_text(encoding="utf-8")
+        ids = tokenizer(text)["input_ids"]
+        if len(ids) < args.tokens:
+            raise ValueError(f"--text {args.text}: {len(ids)} tokens, fewer than --tokens "
+                             f"{args.tokens}")
+        prompts = [("", ids[:args.tokens])]
+    limit = getattr(model.config, "max_position_embeddings", None)
+    for name, ids in prompts:
+        if limit and len(ids) > limit:
+            raise ValueError(f"prompt {name or '--text'}: {len(ids)} tokens exceed the model's "
+                             f"context of {limit}")
+
+    meta = {"model": {"path": str(pathlib.Path(args.model).absolute()),
+                      "architecture": model.config.model_type, "layers": n_layers},
+            "heads_q": model.config.num_attention_heads,
+            "heads_kv": model.config.num_key_value_heads,
+            "head_dim": getattr(model.config, "head_dim", None)
+            or model.config.hidden_size // model.config.num_attention_heads}
+    # Everything goes to a hidden sibling first, renamed into place at the end.
+    tmp = out.parent / f".{out.name}.tmp.{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        for i, (name, ids) in enumerate(prompts):
+            records = capture_prompt(model, ids, layers)
+            write_capture(tmp / name if name else tmp / "capture", ids, records, args.dtype, meta)
+            print(f"capture: prompt {i + 1}/{len(prompts)} ({len(ids)} tokens, "
+                  f"{len(records)} layers)", file=sys.stderr, flush=True)
+        if not args.prompts:  # one prompt: its files directly in --out-dir
+            for f in (tmp / "capture").iterdir():
+                f.rename(tmp / f.name)
+            (tmp / "capture").rmdir()
+        if out.exists():
+            out.rmdir()
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    print(f"captured {len(prompts)} prompt(s) in {out}")

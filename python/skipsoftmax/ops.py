@@ -1,0 +1,347 @@
+"""PyTorch ops over the skip-softmax kernels.
+
+Two custom ops per phase are registered with torch.library (``skipsoftmax::prefill``,
+``skipsoftmax::prefill_paged``, ``skipsoftmax::decode``), each with a fake implementation, so
+that torch.compile traces them without a graph break and CUDA graphs capture them: a call on CUDA
+tensors makes no host synchronisation and allocates only its output (and, for decode, the split
+workspace) through PyTorch's allocator, on the current stream. On CPU tensors the same call runs
+the library's float64 reference with the kernels' tiles, visit order and dispatch, so the skip
+decisions (and the statistics) are the GPU's.
+
+The thresholds follow the checkpoint keys' contract: ``scale_table`` is ``[[seqlen_bin, S], ...]``
+(lambda = S / L for a sequence of KV length L, exact dense below the first bin or where S >= L),
+``threshold`` a flat lambda in [0, 1); neither runs the dense kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Optional, Sequence
+
+import torch
+
+from . import _capi
+
+KV_ORDERS = {"forward": 0, "reverse": 1, "sink_then_reverse": 2}
+_DTYPES = {torch.float16: _capi.FP16, torch.bfloat16: _capi.BF16}
+
+
+def _threshold(scale_table, threshold) -> tuple[list[int], list[float], float]:
+    """(bins, scales, flat lambda) for the ops' schema; the library checks the values."""
+    if scale_table is not None and threshold is not None:
+        raise ValueError("give scale_table or threshold, not both")
+    if threshold is not None:
+        if isinstance(threshold, torch.Tensor):
+            raise TypeError("threshold must be a float (a per-request tensor is not supported)")
+        return [], [], float(threshold)
+    if scale_table is None:
+        return [], [], 0.0
+    bins, scales = [], []
+    for i, row in enumerate(scale_table):
+        if len(row) != 2:
+            raise ValueError(f"scale_table[{i}] must be [seqlen_bin, S], got {row!r}")
+        bins.append(int(row[0]))
+        scales.append(float(row[1]))
+    if not bins:
+        raise ValueError("scale_table is empty: pass None for dense attention")
+    return bins, scales, 0.0
+
+
+def _check(name: str, t: torch.Tensor, ndim: int, dtype=None, device=None) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+    if t.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(t.shape)}")
+    if dtype is not None and t.dtype != dtype:
+        raise TypeError(f"{name} must be {dtype}, got {t.dtype}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} is on {t.device}, the queries on {device}")
+
+
+def _attention_dtype(q: torch.Tensor, *others: tuple[str, torch.Tensor]) -> int:
+    if q.dtype not in _DTYPES:
+        raise TypeError(f"q must be float16 or bfloat16, got {q.dtype}")
+    for name, t in others:
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} is {t.dtype}, q is {q.dtype}")
+    return _DTYPES[q.dtype]
+
+
+def _check_stats(stats: Optional[torch.Tensor], batch: int, device) -> None:
+    if stats is None:
+        return
+    _check("stats", stats, 2, torch.int64, device)
+    if tuple(stats.shape) != (batch, 2) or not stats.is_contiguous():
+        raise ValueError(f"stats must be a contiguous int64 [batch, 2] = [{batch}, 2] tensor "
+                         f"(tiles visited, skipped), got {tuple(stats.shape)}")
+
+
+def _ptr(t: Optional[torch.Tensor]) -> Optional[int]:
+    return None if t is None else t.data_ptr()
+
+
+class _Table:
+    """The table's rows as C arrays, alive for the duration of a call."""
+
+    def __init__(self, args, bins: Sequence[int], scales: Sequence[float], flat: float):
+        self.bins = (ctypes.c_int64 * len(bins))(*bins)
+        self.scales = (ctypes.c_double * len(scales))(*scales)
+        args.table_rows = len(bins)
+        args.table_bins = ctypes.cast(self.bins, ctypes.c_void_p) if bins else None
+        args.table_scales = ctypes.cast(self.scales, ctypes.c_void_p) if bins else None
+        args.flat_lambda = flat
+
+
+def _run(entry: str, args, device: torch.device) -> int:
+    """Runs a launch on the current stream of `device`, or the reference on the CPU."""
+    if device.type == "cpu":
+        return _capi.call(entry + "_reference", ctypes.byref(args))
+    if device.type != "cuda":
+        raise ValueError(f"tensors on {device}: only CUDA (Hopper) and CPU are supported")
+    with torch.cuda.device(device):
+        stream = torch.cuda.current_stream(device).cuda_stream
+        return _capi.call(entry, ctypes.byref(args), ctypes.c_void_p(stream))
+
+
+def _fill_prefill(a, q, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                  softmax_scale, window, kv_order, stats, num_heads_kv) -> None:
+    a.dtype = _DTYPES[q.dtype]
+    a.head_dim = q.shape[2]
+    a.q, a.out = _ptr(q), _ptr(out)
+    a.cu_seqlens_q, a.cu_seqlens_k = _ptr(cu_seqlens_q), _ptr(cu_seqlens_k)
+    a.batch = cu_seqlens_q.shape[0] - 1
+    a.total_q = q.shape[0]
+    a.max_seqlen_q, a.max_seqlen_k = max_seqlen_q, max_seqlen_k
+    a.num_heads_q, a.num_heads_kv = q.shape[1], num_heads_kv
+    a.causal = int(causal)
+    a.softmax_scale = softmax_scale
+    a.window = window
+    a.kv_order = kv_order
+    a.stats = _ptr(stats)
+
+
+@torch.library.custom_op("skipsoftmax::prefill", mutates_args=("stats",))
+def _prefill_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+                softmax_scale: float, window: int, kv_order: int, table_bins: list[int],
+                table_scales: list[float], flat_lambda: float,
+                stats: Optional[torch.Tensor]) -> torch.Tensor:
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    out = torch.empty_like(q)
+    a = _capi.prefill_args()
+    _fill_prefill(a, q, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                  softmax_scale, window, kv_order, stats, k.shape[1])
+    a.k, a.v = _ptr(k), _ptr(v)
+    a.total_k = k.shape[0]
+    table = _Table(a, table_bins, table_scales, flat_lambda)  # noqa: F841 (alive for the call)
+    _run("skipsoftmax_prefill", a, q.device)
+    return out
+
+
+@_prefill_op.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+      window, kv_order, table_bins, table_scales, flat_lambda, stats):
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("skipsoftmax::prefill_paged", mutates_args=("stats",))
+def _prefill_paged_op(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
+                      page_table: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                      causal: bool, softmax_scale: float, window: int, kv_order: int,
+                      table_bins: list[int], table_scales: list[float], flat_lambda: float,
+                      stats: Optional[torch.Tensor]) -> torch.Tensor:
+    q = q.contiguous()
+    k_pages, v_pages = k_pages.contiguous(), v_pages.contiguous()
+    page_table = page_table.contiguous()
+    out = torch.empty_like(q)
+    a = _capi.prefill_args()
+    _fill_prefill(a, q, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                  softmax_scale, window, kv_order, stats, k_pages.shape[2])
+    a.k_pages, a.v_pages = _ptr(k_pages), _ptr(v_pages)
+    a.num_pages, a.page_size = k_pages.shape[0], k_pages.shape[1]
+    a.page_table, a.max_pages_per_seq = _ptr(page_table), page_table.shape[1]
+    # Unread in a paged launch (the offsets give each sequence's keys), but checked to be in range.
+    a.total_k = min(k_pages.shape[0] * k_pages.shape[1], 2**31 - 1)
+    table = _Table(a, table_bins, table_scales, flat_lambda)  # noqa: F841
+    _run("skipsoftmax_prefill", a, q.device)
+    return out
+
+
+@_prefill_paged_op.register_fake
+def _(q, k_pages, v_pages, page_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+      causal, softmax_scale, window, kv_order, table_bins, table_scales, flat_lambda, stats):
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("skipsoftmax::decode", mutates_args=("stats",))
+def _decode_op(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
+               page_table: torch.Tensor, seq_lens: torch.Tensor, max_seq_len: int,
+               softmax_scale: float, window: int, table_bins: list[int],
+               table_scales: list[float], flat_lambda: float, num_splits: int,
+               stats: Optional[torch.Tensor]) -> torch.Tensor:
+    q = q.contiguous()
+    k_pages, v_pages = k_pages.contiguous(), v_pages.contiguous()
+    page_table = page_table.contiguous()
+    out = torch.empty_like(q)
+    a = _capi.decode_args()
+    a.dtype = _DTYPES[q.dtype]
+    a.head_dim = q.shape[3]
+    a.q, a.out = _ptr(q), _ptr(out)
+    a.q_len = q.shape[1]
+    a.k_pages, a.v_pages = _ptr(k_pages), _ptr(v_pages)
+    a.num_pages, a.page_size = k_pages.shape[0], k_pages.shape[1]
+    a.page_table, a.max_pages_per_seq = _ptr(page_table), page_table.shape[1]
+    a.seq_lens, a.batch, a.max_seq_len = _ptr(seq_lens), q.shape[0], max_seq_len
+    a.num_heads_q, a.num_heads_kv = q.shape[2], k_pages.shape[2]
+    a.softmax_scale = softmax_scale
+    a.window = window
+    a.num_splits = num_splits
+    a.stats = _ptr(stats)
+    table = _Table(a, table_bins, table_scales, flat_lambda)  # noqa: F841
+    if q.device.type == "cuda":
+        with torch.cuda.device(q.device):
+            size = _capi.call("skipsoftmax_decode_workspace_size", ctypes.byref(a), None)
+        if size:
+            # Splits' partial outputs and log-sum-exps; the combine kernel reads them on the
+            # stream, after which the caching allocator may hand the block out again.
+            workspace = torch.empty(size, dtype=torch.uint8, device=q.device)
+            a.workspace, a.workspace_bytes = _ptr(workspace), size
+    _run("skipsoftmax_decode", a, q.device)
+    return out
+
+
+@_decode_op.register_fake
+def _(q, k_pages, v_pages, page_table, seq_lens, max_seq_len, softmax_scale, window, table_bins,
+      table_scales, flat_lambda, num_splits, stats):
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+def _max_len(lengths: torch.Tensor) -> int:
+    # A host synchronisation: callers in CUDA graphs or torch.compile pass the maximum instead.
+    return int(lengths.max().item()) if lengths.numel() else 0
+
+
+def prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+            cu_seqlens_q: Optional[torch.Tensor] = None,
+            cu_seqlens_k: Optional[torch.Tensor] = None,
+            max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None,
+            page_table: Optional[torch.Tensor] = None,
+            causal: bool = True, softmax_scale: Optional[float] = None,
+            window: Optional[int] = None, scale_table=None, threshold: Optional[float] = None,
+            kv_order: str = "sink_then_reverse",
+            stats: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Prefill attention, dense or skip-softmax; returns the output in the layout of q.
+
+    Layouts (head dim 64, 128 or 256; float16 or bfloat16; GQA where heads_q % heads_kv == 0):
+      * batched: q [B, S, Hq, D], k and v [B, Sk, Hkv, D]; no cu_seqlens;
+      * packed varlen: q [total_q, Hq, D], k and v [total_k, Hkv, D], cu_seqlens_q and
+        cu_seqlens_k int32 [B + 1] (from 0, non-decreasing) on the tensors' device;
+      * paged history (chunked prefill): k and v are the page pools [num_pages, page_size, Hkv,
+        D] that already hold each sequence's history and this chunk, page_table int32
+        [B, max_pages], cu_seqlens_k the KV lengths' prefix sums; q packed as above.
+    max_seqlen_q / max_seqlen_k are the longest query chunk and KV length, exactly; when absent
+    they are read from cu_seqlens (a host synchronisation, so pass them under CUDA graphs).
+    causal is bottom-right aligned (a chunk's rows see its history). window W: each query sees its
+    last W keys (causal, dense threshold only). stats: int64 [B, 2] that a skip launch adds tiles
+    visited and skipped to, per sequence.
+    """
+    if kv_order not in KV_ORDERS:
+        raise ValueError(f"kv_order must be one of {sorted(KV_ORDERS)}, got {kv_order!r}")
+    bins, scales, flat = _threshold(scale_table, threshold)
+    scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    window = 0 if window is None else int(window)
+    device = q.device
+    if cu_seqlens_q is None:
+        if page_table is not None or cu_seqlens_k is not None:
+            raise ValueError("the paged and varlen layouts take cu_seqlens_q and cu_seqlens_k")
+        _check("q", q, 4)
+        _check("k", k, 4, device=device)
+        _check("v", v, 4, device=device)
+        _attention_dtype(q, ("k", k), ("v", v))
+        b, s, hq, d = q.shape
+        sk = k.shape[1]
+        if k.shape[0] != b or v.shape != k.shape:
+            raise ValueError(f"k and v must be [B={b}, Sk, Hkv, D] alike, got {tuple(k.shape)} "
+                             f"and {tuple(v.shape)}")
+        cu_q = torch.arange(0, (b + 1) * s, s, dtype=torch.int32, device=device)
+        cu_k = torch.arange(0, (b + 1) * sk, sk, dtype=torch.int32, device=device)
+        _check_stats(stats, b, device)
+        out = _prefill_op(q.reshape(b * s, hq, d), k.reshape(b * sk, k.shape[2], d),
+                          v.reshape(b * sk, v.shape[2], d), cu_q, cu_k, s, sk, causal, scale,
+                          window, KV_ORDERS[kv_order], bins, scales, flat, stats)
+        return out.view(b, s, hq, d)
+
+    if cu_seqlens_k is None:
+        raise ValueError("cu_seqlens_q needs cu_seqlens_k")
+    _check("q", q, 3)
+    _check("cu_seqlens_q", cu_seqlens_q, 1, torch.int32, device)
+    _check("cu_seqlens_k", cu_seqlens_k, 1, torch.int32, device)
+    if cu_seqlens_k.shape != cu_seqlens_q.shape:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k hold {cu_seqlens_q.shape[0]} and "
+                         f"{cu_seqlens_k.shape[0]} offsets; both must hold batch + 1")
+    batch = cu_seqlens_q.shape[0] - 1
+    _check_stats(stats, batch, device)
+    if max_seqlen_q is None:
+        max_seqlen_q = _max_len(cu_seqlens_q.diff())
+    if max_seqlen_k is None:
+        max_seqlen_k = _max_len(cu_seqlens_k.diff())
+    if page_table is None:
+        _check("k", k, 3, device=device)
+        _check("v", v, 3, device=device)
+        _attention_dtype(q, ("k", k), ("v", v))
+        return _prefill_op(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                           int(max_seqlen_k), causal, scale, window, KV_ORDERS[kv_order], bins,
+                           scales, flat, stats)
+    _check("k_pages", k, 4, device=device)
+    _check("v_pages", v, 4, device=device)
+    _check("page_table", page_table, 2, torch.int32, device)
+    _attention_dtype(q, ("k_pages", k), ("v_pages", v))
+    if page_table.shape[0] != batch:
+        raise ValueError(f"page_table has {page_table.shape[0]} rows, the batch {batch}")
+    return _prefill_paged_op(q, k, v, page_table, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                             int(max_seqlen_k), causal, scale, window, KV_ORDERS[kv_order], bins,
+                             scales, flat, stats)
+
+
+def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+           page_table: torch.Tensor, seq_lens: torch.Tensor, *,
+           max_seq_len: Optional[int] = None, softmax_scale: Optional[float] = None,
+           window: Optional[int] = None, scale_table=None, threshold: Optional[float] = None,
+           num_splits: Optional[int] = None,
+           stats: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Paged decode attention, dense or skip-softmax; returns the output in the layout of q.
+
+    q: [B, Hq, D] (one new token per sequence) or [B, q_len, Hq, D] (speculative verification,
+    q_len x Hq / Hkv <= 16). k_cache, v_cache: [num_pages, page_size, Hkv, D] pools (page_size a
+    power of two in [16, 128]) already holding the new tokens; page_table int32 [B, max_pages];
+    seq_lens int32 [B], the cached tokens of each sequence, new ones included. max_seq_len is the
+    longest seq_lens entry, exactly; when absent it is read from seq_lens (a host
+    synchronisation). num_splits: split-KV parts (None: chosen from the arguments; fix it under
+    CUDA graphs so that the workspace size stays put). stats as for prefill.
+    """
+    bins, scales, flat = _threshold(scale_table, threshold)
+    device = q.device
+    one_token = q.dim() == 3
+    q4 = q.unsqueeze(1) if one_token else q
+    _check("q", q4, 4)
+    _check("k_cache", k_cache, 4, device=device)
+    _check("v_cache", v_cache, 4, device=device)
+    _check("page_table", page_table, 2, torch.int32, device)
+    _check("seq_lens", seq_lens, 1, torch.int32, device)
+    _attention_dtype(q4, ("k_cache", k_cache), ("v_cache", v_cache))
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"k_cache and v_cache differ: {tuple(k_cache.shape)} and "
+                         f"{tuple(v_cache.shape)}")
+    batch = q4.shape[0]
+    if page_table.shape[0] != batch or seq_lens.shape[0] != batch:
+        raise ValueError(f"page_table rows ({page_table.shape[0]}) and seq_lens "
+                         f"({seq_lens.shape[0]}) must match the batch ({batch})")
+    _check_stats(stats, batch, device)
+    if max_seq_len is None:
+        max_seq_len = _max_len(seq_lens)
+    scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    out = _decode_op(q4, k_cache, v_cache, page_table, seq_lens, int(max_seq_len), scale,
+                     0 if window is None else int(window), bins, scales, flat,
+                     0 if num_splits is None else int(num_splits), stats)
+    return out.squeeze(1) if one_token else out

@@ -1,0 +1,131 @@
+"""Hugging Face transformers integration: ``attn_implementation="skipsoftmax"``.
+
+    import skipsoftmax.transformers
+    skipsoftmax.transformers.register()
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="skipsoftmax",
+                                                 dtype=torch.bfloat16, device_map="cuda")
+    model.generate(...)
+    skipsoftmax.transformers.tile_stats(model)  # {layer: {"prefill": (visited, skipped), ...}}
+
+The thresholds come from the model's config.json, the keys the C++ engine reads:
+``skip_softmax_prefill_scale_table`` and ``skip_softmax_decode_scale_table`` (``[[seqlen_bin,
+S], ...]``; absent or null: dense). Steps with several new tokens per sequence (prefill, chunked
+prefill) take the prefill table and the prefill kernel; steps of one new token take the decode
+table and the paged decode kernel. Sliding-window layers (Gemma's local layers) stay dense.
+
+Transformers keeps the KV cache as [B, Hkv, L, D] tensors, so each step copies K and V into the
+kernels' token-major layout (a decode step also into pages of PAGE_SIZE tokens); an engine with a
+paged cache calls skipsoftmax.decode on it directly. Padded batches (an attention mask with
+padding) and logit soft-capping are refused with NotImplementedError.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import ops
+
+NAME = "skipsoftmax"
+PAGE_SIZE = 64
+PREFILL_TABLE_KEY = "skip_softmax_prefill_scale_table"
+DECODE_TABLE_KEY = "skip_softmax_decode_scale_table"
+PHASES = ("prefill", "decode")
+_MAX_DECODE_ROWS = 16  # the decode kernel's q_len x (Hq / Hkv) limit
+
+
+def register(name: str = NAME) -> None:
+    """Registers the attention function and its mask function (none for an unpadded batch)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+
+    AttentionInterface.register(name, attention_forward)
+    AttentionMaskInterface.register(name, flash_attention_mask)
+
+
+def _table(config, key: str):
+    table = getattr(config, key, None)
+    if table is None:
+        return None
+    if not isinstance(table, (list, tuple)):
+        raise ValueError(f"config {key} must be [[seqlen_bin, S], ...] or null, got {table!r}")
+    return [tuple(row) for row in table]
+
+
+def _add_stats(module: torch.nn.Module, phase: int, per_sequence: torch.Tensor) -> None:
+    buf = getattr(module, "_skipsoftmax_stats", None)
+    if buf is None or buf.device != per_sequence.device:
+        buf = torch.zeros(len(PHASES), 2, dtype=torch.int64, device=per_sequence.device)
+        module._skipsoftmax_stats = buf
+    buf[phase] += per_sequence.sum(0)
+
+
+def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                      value: torch.Tensor, attention_mask: Optional[torch.Tensor],
+                      dropout: float = 0.0, scaling: Optional[float] = None,
+                      sliding_window: Optional[int] = None, softcap: Optional[float] = None,
+                      is_causal: Optional[bool] = None, **kwargs):
+    """query [B, Hq, Sq, D], key and value [B, Hkv, Sk, D] (the cache included) -> ([B, Sq, Hq,
+    D], None), as transformers' attention functions."""
+    if attention_mask is not None:
+        raise NotImplementedError(
+            "skipsoftmax attention takes unpadded batches only (the mask holds padding); run "
+            "padded batches one sequence at a time or with attn_implementation='sdpa'")
+    if softcap is not None:
+        raise NotImplementedError("skipsoftmax attention has no logit soft-capping")
+    if dropout and module.training:
+        raise NotImplementedError("skipsoftmax attention is for inference: no dropout")
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    config = getattr(module, "config", None)
+    window = int(sliding_window) if sliding_window else None
+    prefill_table = None if window else _table(config, PREFILL_TABLE_KEY)
+    decode_table = None if window else _table(config, DECODE_TABLE_KEY)
+
+    q = query.transpose(1, 2)  # [B, Sq, Hq, D]
+    k = key.transpose(1, 2)    # [B, Sk, Hkv, D]
+    v = value.transpose(1, 2)
+    batch, q_len, heads_q, _ = q.shape
+    kv_len, heads_kv = k.shape[1], k.shape[2]
+    stats = torch.zeros(batch, 2, dtype=torch.int64, device=q.device)
+    if q_len == 1 and causal and heads_q // heads_kv <= _MAX_DECODE_ROWS:
+        pages = -(-kv_len // PAGE_SIZE)
+        k_pages = k.new_empty(batch * pages * PAGE_SIZE, heads_kv, k.shape[3])
+        v_pages = torch.empty_like(k_pages)
+        k_pages.view(batch, pages * PAGE_SIZE, heads_kv, -1)[:, :kv_len] = k
+        v_pages.view(batch, pages * PAGE_SIZE, heads_kv, -1)[:, :kv_len] = v
+        page_table = torch.arange(batch * pages, dtype=torch.int32,
+                                  device=q.device).view(batch, pages)
+        seq_lens = torch.full((batch,), kv_len, dtype=torch.int32, device=q.device)
+        out = ops.decode(q, k_pages.view(-1, PAGE_SIZE, heads_kv, k.shape[3]),
+                         v_pages.view(-1, PAGE_SIZE, heads_kv, k.shape[3]), page_table, seq_lens,
+                         max_seq_len=kv_len, softmax_scale=scaling, window=window,
+                         scale_table=decode_table, stats=stats)
+        _add_stats(module, 1, stats)
+    else:
+        out = ops.prefill(q, k, v, causal=causal, softmax_scale=scaling, window=window,
+                          scale_table=prefill_table, stats=stats)
+        _add_stats(module, 0, stats)
+    return out, None
+
+
+def tile_stats(model: torch.nn.Module) -> dict:
+    """Tiles visited and skipped by skip launches since the last reset, per layer and phase:
+    {layer: {"prefill": (visited, skipped), "decode": (visited, skipped)}}. Dense launches (no
+    table, a length below the first bin, sliding layers) count nothing. Reads the device."""
+    out = {}
+    for name, m in model.named_modules():
+        buf = getattr(m, "_skipsoftmax_stats", None)
+        if buf is None:
+            continue
+        layer = getattr(m, "layer_idx", name)
+        counts = buf.tolist()
+        out[layer] = {phase: (counts[i][0], counts[i][1]) for i, phase in enumerate(PHASES)}
+    return out
+
+
+def reset_tile_stats(model: torch.nn.Module) -> None:
+    for m in model.modules():
+        buf = getattr(m, "_skipsoftmax_stats", None)
+        if buf is not None:
+            buf.zero_()

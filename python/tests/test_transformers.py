@@ -1,0 +1,100 @@
+"""attn_implementation="skipsoftmax" on tiny randomly initialised Llama- and Gemma 3-style models,
+on the CPU (the reference path) or the GPU: the same logits and greedy text as eager attention
+where the tables cannot skip, tables read from config.json, sliding layers dense, statistics."""
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import skipsoftmax.transformers as sst  # noqa: E402
+
+sst.register()
+DEVICE = "cuda" if torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0) \
+    else "cpu"
+
+
+def llama(**extra):
+    config = transformers.LlamaConfig(
+        vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=4096,
+        **extra)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).to(torch.bfloat16).to(DEVICE).eval()
+
+
+def gemma3():
+    config = transformers.Gemma3TextConfig(
+        vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=64, sliding_window=32,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        max_position_embeddings=4096)
+    torch.manual_seed(1)
+    return transformers.Gemma3ForCausalLM(config).to(torch.bfloat16).to(DEVICE).eval()
+
+
+def logits(model, ids, implementation):
+    model.set_attn_implementation(implementation)
+    with torch.no_grad():
+        return model(ids).logits.float()
+
+
+def greedy(model, ids, implementation, tokens=12):
+    model.set_attn_implementation(implementation)
+    with torch.no_grad():
+        return model.generate(ids, max_new_tokens=tokens, do_sample=False)[0, ids.shape[1]:]
+
+
+@pytest.mark.parametrize("make", [llama, gemma3])
+def test_matches_eager_attention_without_a_table(make):
+    model = make()
+    ids = torch.randint(0, 512, (2, 150), generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    eager, ours = logits(model, ids, "eager"), logits(model, ids, "skipsoftmax")
+    assert (ours - eager).abs().max() < 0.05 * eager.abs().max()
+    prompt = ids[:1, :60]
+    assert torch.equal(greedy(model, prompt, "skipsoftmax"), greedy(model, prompt, "eager"))
+
+
+def test_from_pretrained_reads_the_tables_and_counts_tiles(tmp_path):
+    # The first bin lies within the prompt: the skip kernels run (and count) in both phases.
+    model = llama(skip_softmax_prefill_scale_table=[[64, 2.0]],
+                  skip_softmax_decode_scale_table=[[64, 2.0]])
+    model.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path, attn_implementation="skipsoftmax", dtype=torch.bfloat16).to(DEVICE).eval()
+    assert loaded.config.skip_softmax_prefill_scale_table == [[64, 2.0]]
+    ids = torch.randint(0, 512, (1, 300), generator=torch.Generator().manual_seed(3)).to(DEVICE)
+    with torch.no_grad():
+        loaded.generate(ids, max_new_tokens=3, do_sample=False)
+    stats = sst.tile_stats(loaded)
+    assert sorted(stats) == [0, 1]
+    for layer in stats.values():
+        assert layer["prefill"][0] > 0 and layer["decode"][0] > 0
+        assert 0 <= layer["prefill"][1] <= layer["prefill"][0]
+    sst.reset_tile_stats(loaded)
+    assert all(v == (0, 0) for layer in sst.tile_stats(loaded).values() for v in layer.values())
+
+
+def test_an_unreachable_table_runs_the_dense_kernel_and_counts_nothing():
+    model = llama(skip_softmax_prefill_scale_table=[[8192, 40.0]],
+                  skip_softmax_decode_scale_table=[[8192, 40.0]])
+    ids = torch.randint(0, 512, (1, 100), generator=torch.Generator().manual_seed(4)).to(DEVICE)
+    with_table = logits(model, ids, "skipsoftmax")
+    model.config.skip_softmax_prefill_scale_table = None
+    assert torch.equal(with_table, logits(model, ids, "skipsoftmax"))
+    assert all(v == (0, 0) for layer in sst.tile_stats(model).values() for v in layer.values())
+
+
+def test_padded_batches_and_bad_tables_are_refused():
+    model = llama()
+    model.set_attn_implementation("skipsoftmax")
+    ids = torch.randint(0, 512, (2, 20)).to(DEVICE)
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0
+    with pytest.raises(NotImplementedError, match="unpadded"):
+        with torch.no_grad():
+            model(ids, attention_mask=mask)
+    model.config.skip_softmax_prefill_scale_table = "fast"
+    with pytest.raises(ValueError, match="skip_softmax_prefill_scale_table"):
+        with torch.no_grad():
+            model(ids)
