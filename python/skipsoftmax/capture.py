@@ -25,11 +25,16 @@ CAPTURE_NAME = "skipsoftmax_capture"
 
 
 class _Recorder:
-    """The attention function that records its inputs for the layers asked for, then runs SDPA."""
+    """The attention function that writes its inputs, for the layers asked for, into `directory`
+    as they come (a long prompt's float32 Q/K/V of every layer would not fit in host memory),
+    then runs SDPA."""
 
     def __init__(self):
         self.layers: Optional[set[int]] = None
-        self.records: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self.directory: Optional[pathlib.Path] = None
+        self.dtype = np.float32
+        self.entries: list[dict] = []
+        self.heads = (0, 0, 0)  # heads_q, heads_kv, head_dim
 
     def __call__(self, module, query, key, value, attention_mask, **kwargs):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -38,9 +43,17 @@ class _Recorder:
         if layer is None:
             raise RuntimeError(f"{type(module).__name__} has no layer_idx: cannot name its capture")
         if self.layers is None or layer in self.layers:
-            # [B=1, H, n, D] -> [n, H, D], on the host.
-            self.records[layer] = tuple(t[0].transpose(0, 1).float().cpu()
-                                        for t in (query, key, value))
+            entry = {"layer": layer}
+            for name, t in zip("qkv", (query, key, value)):
+                values = t[0].transpose(0, 1).float().cpu().numpy()  # [1, H, n, D] -> [n, H, D]
+                if not np.isfinite(values).all():
+                    raise ValueError(f"layer {layer}: {name} holds values that are not finite")
+                if self.dtype == np.float16 and np.abs(values).max() > np.finfo(np.float16).max:
+                    raise ValueError(f"layer {layer}: {name} overflows float16; use --dtype f32")
+                entry[name] = f"layer{layer:02d}_{name}.npy"
+                np.save(self.directory / entry[name], values.astype(self.dtype))
+            self.entries.append(entry)
+            self.heads = (query.shape[1], key.shape[1], query.shape[3])
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
@@ -55,45 +68,35 @@ def _register() -> None:
     AttentionMaskInterface.register(CAPTURE_NAME, sdpa_mask)
 
 
-def capture_prompt(model, ids: list[int], layers: Optional[Iterable[int]]) -> dict:
-    """{layer: (q, k, v)} float32 host tensors of one prompt's forward pass."""
+def capture_prompt(model, ids: list[int], layers: Optional[Iterable[int]],
+                   directory: pathlib.Path, dtype: str, meta: dict) -> int:
+    """One prompt's captures and manifest into `directory` (created); returns the layers
+    written."""
     _register()
+    directory.mkdir()
+    np.save(directory / "tokens.npy", np.asarray(ids, dtype=np.int32))
     previous = model.config._attn_implementation
     model.set_attn_implementation(CAPTURE_NAME)
     _recorder.layers = None if layers is None else set(layers)
-    _recorder.records = {}
+    _recorder.directory = directory
+    _recorder.dtype = np.float16 if dtype == "f16" else np.float32
+    _recorder.entries = []
     try:
         with torch.no_grad():
-            model(torch.tensor([ids], device=model.device))
-        return dict(sorted(_recorder.records.items()))
+            model(torch.tensor([ids], device=model.device), use_cache=False)
+        entries = sorted(_recorder.entries, key=lambda e: e["layer"])
+        heads_q, heads_kv, head_dim = _recorder.heads
     finally:
-        _recorder.records = {}
+        _recorder.entries = []
+        _recorder.directory = None
         model.set_attn_implementation(previous)
-
-
-def write_capture(directory: pathlib.Path, ids: list[int], records: dict, dtype: str,
-                  meta: dict) -> None:
-    """One prompt's captures and manifest into `directory` (created)."""
-    directory.mkdir()
-    np_dtype = np.float16 if dtype == "f16" else np.float32
-    np.save(directory / "tokens.npy", np.asarray(ids, dtype=np.int32))
-    layers = []
-    for layer, tensors in records.items():
-        entry = {"layer": layer}
-        for name, t in zip("qkv", tensors):
-            values = t.numpy()
-            if not np.isfinite(values).all():
-                raise ValueError(f"layer {layer}: {name} holds values that are not finite")
-            if dtype == "f16" and np.abs(values).max() > np.finfo(np.float16).max:
-                raise ValueError(f"layer {layer}: {name} overflows float16; use --dtype f32")
-            entry[name] = f"layer{layer:02d}_{name}.npy"
-            np.save(directory / entry[name], values.astype(np_dtype))
-        layers.append(entry)
-    manifest = {**meta, "tokens": "tokens.npy", "dtype": "float16" if dtype == "f16" else "float32",
+    manifest = {**meta, "tokens": "tokens.npy", "heads_q": heads_q, "heads_kv": heads_kv,
+                "head_dim": head_dim, "dtype": "float16" if dtype == "f16" else "float32",
                 "layout": "q: [tokens, heads_q, head_dim]; k, v: [tokens, heads_kv, head_dim]; "
                           "q and k after the rotary embedding, q not scaled",
-                "layers": layers}
+                "layers": entries}
     (directory / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return len(entries)
 
 
 def _prompts_from_samples(directory: pathlib.Path) -> list[tuple[str, list[int]]]:
@@ -123,7 +126,8 @@ def run(args) -> None:
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.model_dtype]
     model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype)
     model = model.to(args.device).eval()
-    n_layers = model.config.num_hidden_layers
+    text_config = model.config.get_text_config()  # multimodal configs keep it apart
+    n_layers = text_config.num_hidden_layers
     for layer in layers or []:
         if not 0 <= layer < n_layers:
             raise ValueError(f"--layers: {layer} is outside the model's {n_layers} layers")
@@ -138,28 +142,26 @@ def run(args) -> None:
             raise ValueError(f"--text {args.text}: {len(ids)} tokens, fewer than --tokens "
                              f"{args.tokens}")
         prompts = [("", ids[:args.tokens])]
-    limit = getattr(model.config, "max_position_embeddings", None)
+    limit = getattr(text_config, "max_position_embeddings", None)
     for name, ids in prompts:
         if limit and len(ids) > limit:
             raise ValueError(f"prompt {name or '--text'}: {len(ids)} tokens exceed the model's "
                              f"context of {limit}")
 
     meta = {"model": {"path": str(pathlib.Path(args.model).absolute()),
-                      "architecture": model.config.model_type, "layers": n_layers},
-            "heads_q": model.config.num_attention_heads,
-            "heads_kv": model.config.num_key_value_heads,
-            "head_dim": getattr(model.config, "head_dim", None)
-            or model.config.hidden_size // model.config.num_attention_heads}
+                      "architecture": model.config.model_type, "layers": n_layers}}
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"--out-dir {out}: its parent directory does not exist")
     # Everything goes to a hidden sibling first, renamed into place at the end.
     tmp = out.parent / f".{out.name}.tmp.{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp.mkdir()
     try:
         for i, (name, ids) in enumerate(prompts):
-            records = capture_prompt(model, ids, layers)
-            write_capture(tmp / name if name else tmp / "capture", ids, records, args.dtype, meta)
+            written = capture_prompt(model, ids, layers, tmp / (name or "capture"), args.dtype,
+                                     meta)
             print(f"capture: prompt {i + 1}/{len(prompts)} ({len(ids)} tokens, "
-                  f"{len(records)} layers)", file=sys.stderr, flush=True)
+                  f"{written} layers)", file=sys.stderr, flush=True)
         if not args.prompts:  # one prompt: its files directly in --out-dir
             for f in (tmp / "capture").iterdir():
                 f.rename(tmp / f.name)

@@ -67,6 +67,21 @@ def _attention_dtype(q: torch.Tensor, *others: tuple[str, torch.Tensor]) -> int:
     return _DTYPES[q.dtype]
 
 
+def _check_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, names: tuple[str, str]) -> None:
+    """k and v alike, their head dim q's: the library sizes its reads from q and k."""
+    if v.shape != k.shape:
+        raise ValueError(f"{names[0]} and {names[1]} differ: {tuple(k.shape)} and "
+                         f"{tuple(v.shape)}")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"{names[0]} has head dim {k.shape[-1]}, q {q.shape[-1]}")
+
+
+def _check_pool(name: str, pool: torch.Tensor) -> None:
+    # A page pool is the caller's cache: copying it whole at every call would be a silent cost.
+    if not pool.is_contiguous():
+        raise ValueError(f"{name} must be contiguous [num_pages, page_size, Hkv, D]")
+
+
 def _check_stats(stats: Optional[torch.Tensor], batch: int, device) -> None:
     if stats is None:
         return
@@ -92,8 +107,9 @@ class _Table:
         args.flat_lambda = flat
 
 
-def _run(entry: str, args, device: torch.device) -> int:
-    """Runs a launch on the current stream of `device`, or the reference on the CPU."""
+def _run(entry: str, args, device: torch.device, table: _Table) -> int:
+    """Runs a launch on the current stream of `device`, or the reference on the CPU; `table`
+    holds the arrays args points to."""
     if device.type == "cpu":
         return _capi.call(entry + "_reference", ctypes.byref(args))
     if device.type != "cuda":
@@ -127,14 +143,14 @@ def _prefill_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q:
                 table_scales: list[float], flat_lambda: float,
                 stats: Optional[torch.Tensor]) -> torch.Tensor:
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    cu_seqlens_q, cu_seqlens_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
     out = torch.empty_like(q)
     a = _capi.prefill_args()
     _fill_prefill(a, q, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
                   softmax_scale, window, kv_order, stats, k.shape[1])
     a.k, a.v = _ptr(k), _ptr(v)
     a.total_k = k.shape[0]
-    table = _Table(a, table_bins, table_scales, flat_lambda)  # noqa: F841 (alive for the call)
-    _run("skipsoftmax_prefill", a, q.device)
+    _run("skipsoftmax_prefill", a, q.device, _Table(a, table_bins, table_scales, flat_lambda))
     return out
 
 
@@ -151,9 +167,10 @@ def _prefill_paged_op(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Ten
                       causal: bool, softmax_scale: float, window: int, kv_order: int,
                       table_bins: list[int], table_scales: list[float], flat_lambda: float,
                       stats: Optional[torch.Tensor]) -> torch.Tensor:
-    q = q.contiguous()
-    k_pages, v_pages = k_pages.contiguous(), v_pages.contiguous()
-    page_table = page_table.contiguous()
+    _check_pool("k_pages", k_pages)
+    _check_pool("v_pages", v_pages)
+    q, page_table = q.contiguous(), page_table.contiguous()
+    cu_seqlens_q, cu_seqlens_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
     out = torch.empty_like(q)
     a = _capi.prefill_args()
     _fill_prefill(a, q, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
@@ -162,9 +179,8 @@ def _prefill_paged_op(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Ten
     a.num_pages, a.page_size = k_pages.shape[0], k_pages.shape[1]
     a.page_table, a.max_pages_per_seq = _ptr(page_table), page_table.shape[1]
     # Unread in a paged launch (the offsets give each sequence's keys), but checked to be in range.
-    a.total_k = min(k_pages.shape[0] * k_pages.shape[1], 2**31 - 1)
-    table = _Table(a, table_bins, table_scales, flat_lambda)  # noqa: F841
-    _run("skipsoftmax_prefill", a, q.device)
+    a.total_k = k_pages.shape[0] * k_pages.shape[1]
+    _run("skipsoftmax_prefill", a, q.device, _Table(a, table_bins, table_scales, flat_lambda))
     return out
 
 
@@ -180,9 +196,9 @@ def _decode_op(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
                softmax_scale: float, window: int, table_bins: list[int],
                table_scales: list[float], flat_lambda: float, num_splits: int,
                stats: Optional[torch.Tensor]) -> torch.Tensor:
-    q = q.contiguous()
-    k_pages, v_pages = k_pages.contiguous(), v_pages.contiguous()
-    page_table = page_table.contiguous()
+    _check_pool("k_pages", k_pages)
+    _check_pool("v_pages", v_pages)
+    q, page_table, seq_lens = q.contiguous(), page_table.contiguous(), seq_lens.contiguous()
     out = torch.empty_like(q)
     a = _capi.decode_args()
     a.dtype = _DTYPES[q.dtype]
@@ -198,7 +214,7 @@ def _decode_op(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
     a.window = window
     a.num_splits = num_splits
     a.stats = _ptr(stats)
-    table = _Table(a, table_bins, table_scales, flat_lambda)  # noqa: F841
+    table = _Table(a, table_bins, table_scales, flat_lambda)
     if q.device.type == "cuda":
         with torch.cuda.device(q.device):
             size = _capi.call("skipsoftmax_decode_workspace_size", ctypes.byref(a), None)
@@ -207,7 +223,7 @@ def _decode_op(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
             # stream, after which the caching allocator may hand the block out again.
             workspace = torch.empty(size, dtype=torch.uint8, device=q.device)
             a.workspace, a.workspace_bytes = _ptr(workspace), size
-    _run("skipsoftmax_decode", a, q.device)
+    _run("skipsoftmax_decode", a, q.device, table)
     return out
 
 
@@ -259,11 +275,13 @@ def prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         _check("k", k, 4, device=device)
         _check("v", v, 4, device=device)
         _attention_dtype(q, ("k", k), ("v", v))
+        _check_kv(q, k, v, ("k", "v"))
         b, s, hq, d = q.shape
         sk = k.shape[1]
-        if k.shape[0] != b or v.shape != k.shape:
-            raise ValueError(f"k and v must be [B={b}, Sk, Hkv, D] alike, got {tuple(k.shape)} "
-                             f"and {tuple(v.shape)}")
+        if k.shape[0] != b:
+            raise ValueError(f"k and v must be [B={b}, Sk, Hkv, D], got {tuple(k.shape)}")
+        if b == 0 or s == 0 or sk == 0:
+            raise ValueError(f"empty batch or sequences: q {tuple(q.shape)}, k {tuple(k.shape)}")
         cu_q = torch.arange(0, (b + 1) * s, s, dtype=torch.int32, device=device)
         cu_k = torch.arange(0, (b + 1) * sk, sk, dtype=torch.int32, device=device)
         _check_stats(stats, b, device)
@@ -290,6 +308,7 @@ def prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         _check("k", k, 3, device=device)
         _check("v", v, 3, device=device)
         _attention_dtype(q, ("k", k), ("v", v))
+        _check_kv(q, k, v, ("k", "v"))
         return _prefill_op(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                            int(max_seqlen_k), causal, scale, window, KV_ORDERS[kv_order], bins,
                            scales, flat, stats)
@@ -297,6 +316,9 @@ def prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     _check("v_pages", v, 4, device=device)
     _check("page_table", page_table, 2, torch.int32, device)
     _attention_dtype(q, ("k_pages", k), ("v_pages", v))
+    _check_kv(q, k, v, ("k_pages", "v_pages"))
+    _check_pool("k_pages", k)
+    _check_pool("v_pages", v)
     if page_table.shape[0] != batch:
         raise ValueError(f"page_table has {page_table.shape[0]} rows, the batch {batch}")
     return _prefill_paged_op(q, k, v, page_table, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
@@ -317,8 +339,10 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     power of two in [16, 128]) already holding the new tokens; page_table int32 [B, max_pages];
     seq_lens int32 [B], the cached tokens of each sequence, new ones included. max_seq_len is the
     longest seq_lens entry, exactly; when absent it is read from seq_lens (a host
-    synchronisation). num_splits: split-KV parts (None: chosen from the arguments; fix it under
-    CUDA graphs so that the workspace size stays put). stats as for prefill.
+    synchronisation). num_splits: split-KV parts (None: chosen from the arguments and the GPU's
+    multiprocessor count, the H100/H200's on a machine without one; fix it under CUDA graphs so
+    that the workspace size stays put, and on the CPU to reproduce another GPU's decisions).
+    stats as for prefill.
     """
     bins, scales, flat = _threshold(scale_table, threshold)
     device = q.device
@@ -330,9 +354,9 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     _check("page_table", page_table, 2, torch.int32, device)
     _check("seq_lens", seq_lens, 1, torch.int32, device)
     _attention_dtype(q4, ("k_cache", k_cache), ("v_cache", v_cache))
-    if v_cache.shape != k_cache.shape:
-        raise ValueError(f"k_cache and v_cache differ: {tuple(k_cache.shape)} and "
-                         f"{tuple(v_cache.shape)}")
+    _check_kv(q4, k_cache, v_cache, ("k_cache", "v_cache"))
+    _check_pool("k_cache", k_cache)
+    _check_pool("v_cache", v_cache)
     batch = q4.shape[0]
     if page_table.shape[0] != batch or seq_lens.shape[0] != batch:
         raise ValueError(f"page_table rows ({page_table.shape[0]}) and seq_lens "

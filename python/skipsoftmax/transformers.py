@@ -15,8 +15,9 @@ table and the paged decode kernel. Sliding-window layers (Gemma's local layers) 
 
 Transformers keeps the KV cache as [B, Hkv, L, D] tensors, so each step copies K and V into the
 kernels' token-major layout (a decode step also into pages of PAGE_SIZE tokens); an engine with a
-paged cache calls skipsoftmax.decode on it directly. Padded batches (an attention mask with
-padding) and logit soft-capping are refused with NotImplementedError.
+paged cache calls skipsoftmax.decode on it directly. Padded batches, masks beyond (sliding)
+causal (packed sequences, bidirectional overlays, a static cache) and logit soft-capping are
+refused with NotImplementedError.
 """
 
 from __future__ import annotations
@@ -40,8 +41,19 @@ def register(name: str = NAME) -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
 
+    def mask(*args, allow_is_causal_skip: bool = True, **kwargs):
+        # transformers clears allow_is_causal_skip whenever the mask is more than causal or
+        # sliding-window causal: packed sequences, bidirectional overlays (Gemma 3's image
+        # tokens), a static cache's decode. The kernels would attend across such boundaries.
+        if not allow_is_causal_skip:
+            raise NotImplementedError(
+                "skipsoftmax attention runs causal and sliding-window masks over a dynamic cache; "
+                "this call needs another mask (packed sequences, a bidirectional overlay or a "
+                "static cache): use attn_implementation='sdpa' for it")
+        return flash_attention_mask(*args, **kwargs)
+
     AttentionInterface.register(name, attention_forward)
-    AttentionMaskInterface.register(name, flash_attention_mask)
+    AttentionMaskInterface.register(name, mask)
 
 
 def _table(config, key: str):
@@ -56,7 +68,10 @@ def _table(config, key: str):
 def _add_stats(module: torch.nn.Module, phase: int, per_sequence: torch.Tensor) -> None:
     buf = getattr(module, "_skipsoftmax_stats", None)
     if buf is None or buf.device != per_sequence.device:
-        buf = torch.zeros(len(PHASES), 2, dtype=torch.int64, device=per_sequence.device)
+        # A normal tensor even under torch.inference_mode() (generate's), so that it can be read
+        # and reset outside it.
+        with torch.inference_mode(False):
+            buf = torch.zeros(len(PHASES), 2, dtype=torch.int64, device=per_sequence.device)
         module._skipsoftmax_stats = buf
     buf[phase] += per_sequence.sum(0)
 

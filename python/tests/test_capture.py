@@ -3,7 +3,6 @@ tokenizer: the files and manifest that `skipsoftmax calibrate --captures-dir` re
 reproduce the model's own attention output, prompt files, and refusals that leave nothing behind."""
 
 import json
-import pathlib
 
 import numpy as np
 import pytest

@@ -204,6 +204,32 @@ def test_bad_arguments_are_named():
         skipsoftmax.decode(qd, kp, kp, table.clamp(max=3), lens, max_seq_len=31)
     with pytest.raises(TypeError, match="seq_lens must be torch.int32"):
         skipsoftmax.decode(qd, kp, kp, table, lens.long())
+    # Shapes the library would read past: caught before it is called.
+    with pytest.raises(ValueError, match="k and v differ"):
+        skipsoftmax.prefill(q, q, q[:, :32])
+    with pytest.raises(ValueError, match="head dim 32, q 64"):
+        skipsoftmax.prefill(packed, packed[..., :32], packed[..., :32], cu_seqlens_q=cu,
+                            cu_seqlens_k=cu, max_seqlen_q=40, max_seqlen_k=40)
+    with pytest.raises(ValueError, match="k_cache and v_cache differ"):
+        skipsoftmax.decode(qd, kp, kp[:3], table, lens)
+    with pytest.raises(ValueError, match="k_cache has head dim 32"):
+        skipsoftmax.decode(qd, kp[..., :32].contiguous(), kp[..., :32].contiguous(), table, lens)
+    with pytest.raises(ValueError, match="k_cache must be contiguous"):
+        skipsoftmax.decode(qd, kp.transpose(0, 1), kp.transpose(0, 1), table, lens)
+    with pytest.raises(ValueError, match="empty"):
+        skipsoftmax.prefill(q[:, :0], q[:, :0], q[:, :0])
+
+
+def test_strided_index_tensors_are_read_as_their_values():
+    g = gen(12)
+    q = rand(64, 2, 64, dtype=torch.bfloat16, g=g)
+    cu = torch.tensor([[0, 9], [40, 9], [64, 9]], dtype=torch.int32)[:, 0]  # a strided view
+    assert not cu.is_contiguous()
+    out = skipsoftmax.prefill(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=40,
+                              max_seqlen_k=40)
+    dense = skipsoftmax.prefill(q, q, q, cu_seqlens_q=cu.contiguous(),
+                                cu_seqlens_k=cu.contiguous(), max_seqlen_q=40, max_seqlen_k=40)
+    assert torch.equal(out, dense)
 
 
 def _prefill_args(g):

@@ -71,6 +71,9 @@ def test_from_pretrained_reads_the_tables_and_counts_tiles(tmp_path):
     for layer in stats.values():
         assert layer["prefill"][0] > 0 and layer["decode"][0] > 0
         assert 0 <= layer["prefill"][1] <= layer["prefill"][0]
+    # Counters made under inference mode (as generate may run) stay readable and resettable.
+    with torch.inference_mode():
+        loaded.generate(ids[:, :100], max_new_tokens=2, do_sample=False)
     sst.reset_tile_stats(loaded)
     assert all(v == (0, 0) for layer in sst.tile_stats(loaded).values() for v in layer.values())
 
@@ -94,6 +97,11 @@ def test_padded_batches_and_bad_tables_are_refused():
     with pytest.raises(NotImplementedError, match="unpadded"):
         with torch.no_grad():
             model(ids, attention_mask=mask)
+    # Packed sequences (positions restarting, no mask): the kernels would attend across them.
+    packed = torch.cat([torch.arange(10), torch.arange(10)])[None].to(DEVICE)
+    with pytest.raises(NotImplementedError, match="packed sequences"):
+        with torch.no_grad():
+            model(ids[:1], position_ids=packed, use_cache=False)
     model.config.skip_softmax_prefill_scale_table = "fast"
     with pytest.raises(ValueError, match="skip_softmax_prefill_scale_table"):
         with torch.no_grad():
