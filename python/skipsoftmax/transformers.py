@@ -15,9 +15,11 @@ table and the paged decode kernel. Sliding-window layers (Gemma's local layers) 
 
 Transformers keeps the KV cache as [B, Hkv, L, D] tensors, so each step copies K and V into the
 kernels' token-major layout (a decode step also into pages of PAGE_SIZE tokens); an engine with a
-paged cache calls skipsoftmax.decode on it directly. Padded batches, masks beyond (sliding)
-causal (packed sequences, bidirectional overlays, a static cache) and logit soft-capping are
-refused with NotImplementedError.
+paged cache calls skipsoftmax.decode on it directly. A padded batch runs the varlen prefill
+kernel over its packed tokens in both phases (reading the longest length from the device, as
+transformers' flash-attention path does). Masks beyond (sliding) causal (packed sequences,
+bidirectional overlays, a static cache) and logit soft-capping are refused with
+NotImplementedError.
 """
 
 from __future__ import annotations
@@ -83,10 +85,10 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                       is_causal: Optional[bool] = None, **kwargs):
     """query [B, Hq, Sq, D], key and value [B, Hkv, Sk, D] (the cache included) -> ([B, Sq, Hq,
     D], None), as transformers' attention functions."""
-    if attention_mask is not None:
+    if attention_mask is not None and attention_mask.dim() != 2:
         raise NotImplementedError(
-            "skipsoftmax attention takes unpadded batches only (the mask holds padding); run "
-            "padded batches one sequence at a time or with attn_implementation='sdpa'")
+            f"skipsoftmax attention takes a 2-D padding mask, got shape "
+            f"{tuple(attention_mask.shape)}")
     if softcap is not None:
         raise NotImplementedError("skipsoftmax attention has no logit soft-capping")
     if dropout and module.training:
@@ -103,6 +105,9 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     batch, q_len, heads_q, _ = q.shape
     kv_len, heads_kv = k.shape[1], k.shape[2]
     stats = torch.zeros(batch, 2, dtype=torch.int64, device=q.device)
+    if attention_mask is not None:
+        return _padded(module, q, k, v, attention_mask.bool(), causal, scaling, window,
+                       decode_table if q_len == 1 else prefill_table, stats), None
     if q_len == 1 and causal and heads_q // heads_kv <= _MAX_DECODE_ROWS:
         pages = -(-kv_len // PAGE_SIZE)
         k_pages = k.new_empty(batch * pages * PAGE_SIZE, heads_kv, k.shape[3])
@@ -122,6 +127,28 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                           scale_table=prefill_table, stats=stats)
         _add_stats(module, 0, stats)
     return out, None
+
+
+def _padded(module, q, k, v, keep, causal, scaling, window, table, stats) -> torch.Tensor:
+    """A padded batch (keep: [B, Sk], False at padding, as transformers' flash masks give it)
+    through the varlen prefill kernel: its tokens packed, each sequence bottom-right aligned.
+    The maximum lengths are read from the device (a host synchronisation, as in transformers'
+    own flash-attention path); padded query rows come out zero."""
+    batch, q_len = q.shape[:2]
+    keep_q = keep[:, -q_len:]
+    lens_q = keep_q.sum(1, dtype=torch.int32)
+    lens_k = keep.sum(1, dtype=torch.int32)
+    zero = lens_q.new_zeros(1)
+    cu_q = torch.cat([zero, lens_q.cumsum(0, dtype=torch.int32)])
+    cu_k = torch.cat([zero, lens_k.cumsum(0, dtype=torch.int32)])
+    out_packed = ops.prefill(q[keep_q], k[keep], v[keep], cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                             max_seqlen_q=int(lens_q.max()), max_seqlen_k=int(lens_k.max()),
+                             causal=causal, softmax_scale=scaling, window=window,
+                             scale_table=table, stats=stats)
+    out = q.new_zeros(q.shape)
+    out[keep_q] = out_packed
+    _add_stats(module, 1 if q_len == 1 else 0, stats)
+    return out
 
 
 def tile_stats(model: torch.nn.Module) -> dict:
