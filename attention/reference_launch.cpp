@@ -136,8 +136,7 @@ KernelChoice run_decode_reference(const DecodeArguments& a) {
   p.head_dim = a.head_dim;
   p.window = a.window;
   p.softmax_scale = a.softmax_scale;
-  const KernelChoice kernel =
-      a.force_kernel.value_or(choose_decode_kernel(a.threshold, a.max_seq_len, a.batch));
+  const KernelChoice kernel = decode_kernel_choice(a);
   ReferenceOptions opt;
   opt.threshold = kernel == KernelChoice::kSkip ? a.threshold : Threshold::dense();
   opt.tiles = TileShape{.tile_k = decode_tile_k(a.head_dim)};

@@ -17,6 +17,7 @@
 #include "test_util.h"
 #include "tiny_gguf.h"
 #include "tokenizer.h"
+#include "tokenizer_checks.h"
 
 namespace skipsoftmax {
 namespace {
@@ -149,24 +150,8 @@ TEST_F(BpeMerges, CutsPrefixesThatEncodeAsTheWholeTextBegins) {
   std::mt19937 rng(11);
   int cuts = 0;
   for (int trial = 0; trial < 300; ++trial) {
-    std::string text;
-    for (std::size_t n = 1 + rng() % 300; n > 0; --n) text += alphabet[rng() % alphabet.size()];
-    const std::vector<std::int32_t> all = tok.encode(text);
-    for (std::size_t at = 0; at <= text.size(); ++at) {
-      const std::size_t cut = tok.prefix_cut(text, at);
-      ASSERT_GE(cut, at);
-      ASSERT_LE(cut, text.size());
-      if (cut == text.size()) break;
-      const std::vector<std::int32_t> ids = tok.encode(text.substr(0, cut));
-      ASSERT_TRUE(ids.size() <= all.size() && std::equal(ids.begin(), ids.end(), all.begin()))
-          << "cut at " << cut << " of " << text;
-      ++cuts;
-    }
-    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{17},
-                              all.size() / 2, all.size(), all.size() + 3}) {
-      const std::vector<std::int32_t> want(all.begin(), all.begin() + std::min(count, all.size()));
-      ASSERT_EQ(tok.encode_prefix(text, count), want) << "count " << count << " of " << text;
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        test::check_prefix_cuts(tok, test::random_text(alphabet, rng), {0, 1, 5, 17}, 3, cuts));
   }
   EXPECT_GT(cuts, 10'000);
 }

@@ -19,6 +19,7 @@
 #include "file_io.h"
 #include "test_util.h"
 #include "tokenizer.h"
+#include "tokenizer_checks.h"
 
 namespace skipsoftmax {
 namespace {
@@ -248,25 +249,8 @@ TEST_F(SpmTokenizerRules, CutsPrefixesThatEncodeAsTheWholeTextBegins) {
        {load(spm_vocabulary(v, true, gemma_flags())), load(spm_vocabulary(v))}) {
     std::mt19937 rng(5);
     for (int trial = 0; trial < 200; ++trial) {
-      std::string text;
-      for (std::size_t n = 1 + rng() % 300; n > 0; --n) text += alphabet[rng() % alphabet.size()];
-      const std::vector<std::int32_t> all = t.encode(text);
-      for (std::size_t at = 0; at <= text.size(); ++at) {
-        const std::size_t cut = t.prefix_cut(text, at);
-        ASSERT_GE(cut, at);
-        ASSERT_LE(cut, text.size());
-        if (cut == text.size()) break;
-        const std::vector<std::int32_t> ids = t.encode(text.substr(0, cut));
-        ASSERT_TRUE(ids.size() <= all.size() && std::equal(ids.begin(), ids.end(), all.begin()))
-            << "cut at " << cut << " of " << text;
-        ++cuts;
-      }
-      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{40},
-                                all.size() / 2, all.size(), all.size() + 1}) {
-        const std::vector<std::int32_t> want(all.begin(),
-                                             all.begin() + std::min(count, all.size()));
-        ASSERT_EQ(t.encode_prefix(text, count), want) << "count " << count << " of " << text;
-      }
+      ASSERT_NO_FATAL_FAILURE(
+          test::check_prefix_cuts(t, test::random_text(alphabet, rng), {0, 1, 3, 40}, 1, cuts));
     }
   }
   EXPECT_GT(cuts, 10'000);

@@ -36,15 +36,12 @@ int multiprocessors() {
   return count;
 }
 
-KernelChoice kernel_for(const DecodeArguments& a) {
-  return a.force_kernel.value_or(choose_decode_kernel(a.threshold, a.max_seq_len, a.batch));
-}
-
 // CTAs of the kernel family a launch runs that one multiprocessor holds at once, from the
 // runtime's occupancy calculator (once per family); where it cannot say (no GPU, as in the host
 // tests), what it says on the H100/H200 for this build: 3 at head dim 64, 2 at 128, 1 at 256.
 int ctas_per_sm(const DecodeArguments& a) {
-  const bool bf16 = a.dtype == DType::kBF16, skip = kernel_for(a) == KernelChoice::kSkip;
+  const bool bf16 = a.dtype == DType::kBF16;
+  const bool skip = decode_kernel_choice(a) == KernelChoice::kSkip;
   const int dim_index = a.head_dim == 64 ? 0 : a.head_dim == 128 ? 1 : 2;
   static std::array<std::atomic<int>, 12> known{};  // 0: not asked yet
   std::atomic<int>& slot = known[(bf16 * 3 + dim_index) * 2 + skip];
@@ -71,6 +68,10 @@ void launch(const decode::Params& params, const DecodeArguments& a, cudaStream_t
 }
 
 }  // namespace
+
+KernelChoice decode_kernel_choice(const DecodeArguments& a) {
+  return a.force_kernel.value_or(choose_decode_kernel(a.threshold, a.max_seq_len, a.batch));
+}
 
 // Dense launches: as many splits as fit one wave of two CTAs per multiprocessor (one for head
 // dim 256, whose tiles fill shared memory), rounded down so that no second, almost empty wave
@@ -153,7 +154,7 @@ int decode_num_splits(const DecodeArguments& a) {
       if (filled(s) >= 0.9) break;
     }
   }
-  if (kernel_for(a) == KernelChoice::kSkip) {
+  if (decode_kernel_choice(a) == KernelChoice::kSkip) {
     const int finest = static_cast<int>(std::min<std::int64_t>(4 * slots / ctas, n_tiles / 64));
     for (int s = finest; s > splits; --s) {
       if (filled(s) >= 0.9) {
@@ -265,7 +266,7 @@ KernelChoice run_decode(const DecodeArguments& a, void* workspace, std::size_t w
         " bytes of workspace (decode_workspace_size), got " +
         (workspace == nullptr ? std::string("none") : std::to_string(workspace_bytes)));
   }
-  const KernelChoice choice = kernel_for(a);
+  const KernelChoice choice = decode_kernel_choice(a);
   decode::Params p{};
   p.q = a.q;
   p.out = a.out;

@@ -54,6 +54,9 @@ struct DecodeArguments {
 // in forward order.
 int decode_tile_k(int head_dim);
 
+// The kernel run_decode launches for these arguments: force_kernel, else choose_decode_kernel.
+KernelChoice decode_kernel_choice(const DecodeArguments& args);
+
 // The number of splits run_decode uses for these arguments (resolves num_splits = 0).
 int decode_num_splits(const DecodeArguments& args);
 

@@ -15,9 +15,9 @@ import threading
 # The C API this binding mirrors; the library must have the same major.minor.
 API_VERSION = (0, 4)
 
-FP16, BF16 = 0, 1
-AUTO, DENSE, SKIP = -1, 0, 1
-ERROR_ARGUMENT, ERROR_CUDA, ERROR_INTERNAL = -1, -2, -3
+FP16, BF16 = 0, 1  # enum skipsoftmax_dtype
+AUTO = -1  # SKIPSOFTMAX_AUTO, force_kernel's default
+ERROR_ARGUMENT = -1  # the status of a refused argument; other negative ones are CUDA or internal
 _ERROR_LEN = 1024
 
 _c_int, _c_i64, _c_u32, _c_double, _c_void_p = (

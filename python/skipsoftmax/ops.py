@@ -58,13 +58,12 @@ def _check(name: str, t: torch.Tensor, ndim: int, dtype=None, device=None) -> No
         raise ValueError(f"{name} is on {t.device}, the queries on {device}")
 
 
-def _attention_dtype(q: torch.Tensor, *others: tuple[str, torch.Tensor]) -> int:
+def _attention_dtype(q: torch.Tensor, *others: tuple[str, torch.Tensor]) -> None:
     if q.dtype not in _DTYPES:
         raise TypeError(f"q must be float16 or bfloat16, got {q.dtype}")
     for name, t in others:
         if t.dtype != q.dtype:
             raise TypeError(f"{name} is {t.dtype}, q is {q.dtype}")
-    return _DTYPES[q.dtype]
 
 
 def _check_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, names: tuple[str, str]) -> None:
