@@ -106,6 +106,8 @@ skipsoftmax::DecodeArguments decode_arguments(const skipsoftmax_decode_args* arg
   d.q_len = a.q_len == 0 ? 1 : a.q_len;  // negative: can_implement says so
   d.stats = a.stats;
   d.force_kernel = forced(a);
+  d.lambdas = a.lambdas;
+  d.lse = a.lse;
   return d;
 }
 
@@ -136,6 +138,8 @@ skipsoftmax::PrefillArguments prefill_arguments(const skipsoftmax_prefill_args* 
   p.force_kernel = forced(a);
   p.window = a.window;
   p.paged_kv = {a.k_pages, a.v_pages, a.num_pages, a.page_size, a.page_table, a.max_pages_per_seq};
+  p.lambdas = a.lambdas;
+  p.lse = a.lse;
   return p;
 }
 

@@ -32,6 +32,8 @@ void check_host_inputs(PrefillArguments a, const std::vector<std::uint16_t>& q,
   a.q = a.k = a.v = common::unallocated();
   a.out = common::unallocated();
   a.cu_seqlens_q = a.cu_seqlens_k = static_cast<const std::int32_t*>(common::unallocated());
+  if (a.lambdas) a.lambdas = static_cast<const float*>(common::unallocated());
+  if (a.lse) a.lse = static_cast<float*>(common::unallocated());
   if (const std::string why = can_implement(a); !why.empty()) {
     throw std::invalid_argument("prefill: " + why);
   }
@@ -54,6 +56,8 @@ void check_host_inputs(DecodeArguments a, const std::vector<std::uint16_t>& q,
   a.q = a.kv.k_pages = a.kv.v_pages = common::unallocated();
   a.out = common::unallocated();
   a.kv.page_table = a.seq_lens = static_cast<const std::int32_t*>(common::unallocated());
+  if (a.lambdas) a.lambdas = static_cast<const float*>(common::unallocated());
+  if (a.lse) a.lse = static_cast<float*>(common::unallocated());
   if (const std::string why = can_implement(a); !why.empty()) {
     throw std::invalid_argument("decode: " + why);
   }
@@ -72,13 +76,13 @@ void check_host_inputs(DecodeArguments a, const std::vector<std::uint16_t>& q,
 struct StatsBuffer {
   explicit StatsBuffer(int batch, const char* family)
       : count(static_cast<std::size_t>(batch) * 2), device(count * sizeof(unsigned long long)) {
-    common::check_cuda(cudaMemset(device.as<void>(), 0, count * sizeof(unsigned long long)),
-                       family, "memset");
+    common::check_cuda(cudaMemset(device.as<void>(), 0, count * sizeof(unsigned long long)), family,
+                       "memset");
   }
   std::vector<unsigned long long> download(const char* family) const {
     std::vector<unsigned long long> host(count);
-    common::check_cuda(cudaMemcpy(host.data(), device.as<void>(), count * sizeof(unsigned long long),
-                                  cudaMemcpyDeviceToHost),
+    common::check_cuda(cudaMemcpy(host.data(), device.as<void>(),
+                                  count * sizeof(unsigned long long), cudaMemcpyDeviceToHost),
                        family, "copy stats");
     return host;
   }
@@ -104,12 +108,35 @@ std::pair<KernelChoice, float> timed(const char* family, Launch&& launch) {
   return {kernel, ms};
 }
 
-std::vector<std::uint16_t> download_out(const Device& out, std::size_t count, const char* family) {
-  std::vector<std::uint16_t> host(count);
-  common::check_cuda(cudaMemcpy(host.data(), out.as<void>(), count * 2, cudaMemcpyDeviceToHost),
-                     family, "copy out");
+template <typename T>
+std::vector<T> download(const Device& from, std::size_t count, const char* family) {
+  std::vector<T> host(count);
+  common::check_cuda(
+      cudaMemcpy(host.data(), from.as<void>(), count * sizeof(T), cudaMemcpyDeviceToHost), family,
+      "copy out");
   return host;
 }
+
+// A launch's per-sequence lambdas (host, [batch]) on the device, and its log-sum-exp buffer
+// ([rows], float32) where asked for; the arguments point at them.
+struct LambdasAndLse {
+  template <typename Arguments>
+  LambdasAndLse(Arguments& a, std::size_t rows)
+      : lambdas(a.lambdas ? a.batch * sizeof(float) : 0),
+        lse(a.lse ? rows * sizeof(float) : 0),
+        rows(a.lse ? rows : 0) {
+    if (a.lambdas) {
+      lambdas.upload(std::vector<float>(a.lambdas, a.lambdas + a.batch));
+      a.lambdas = lambdas.as<const float>();
+    }
+    if (a.lse) a.lse = lse.as<float>();
+  }
+  std::vector<float> download_lse(const char* family) const {
+    return rows ? download<float>(lse, rows, family) : std::vector<float>{};
+  }
+  Device lambdas, lse;
+  std::size_t rows;
+};
 
 }  // namespace
 
@@ -135,12 +162,14 @@ HostPrefillResult run_prefill_host(PrefillArguments args, const std::vector<std:
   args.cu_seqlens_q = dcu_q.as<std::int32_t>();
   args.cu_seqlens_k = dcu_k.as<std::int32_t>();
   args.stats = stats.device.as<unsigned long long>();
+  const LambdasAndLse extra(args, static_cast<std::size_t>(args.total_q) * args.num_heads_q);
 
   HostPrefillResult r;
   std::tie(r.kernel, r.kernel_ms) =
       timed("prefill", [&] { return run_prefill(args, nullptr, nullptr); });
-  r.out = download_out(dout, q.size(), "prefill");
+  r.out = download<std::uint16_t>(dout, q.size(), "prefill");
   r.stats = stats.download("prefill");
+  r.lse = extra.download_lse("prefill");
   return r;
 }
 
@@ -166,6 +195,7 @@ HostDecodeResult run_decode_host(DecodeArguments args, const std::vector<std::ui
   args.kv.page_table = dtable.as<std::int32_t>();
   args.seq_lens = dlens.as<std::int32_t>();
   args.stats = stats.device.as<unsigned long long>();
+  const LambdasAndLse extra(args, q.size() / args.head_dim);
   const std::size_t workspace_bytes = decode_workspace_size(args);
   Device workspace(workspace_bytes);
 
@@ -173,8 +203,9 @@ HostDecodeResult run_decode_host(DecodeArguments args, const std::vector<std::ui
   r.num_splits = decode_num_splits(args);
   std::tie(r.kernel, r.kernel_ms) = timed(
       "decode", [&] { return run_decode(args, workspace.as<void>(), workspace_bytes, nullptr); });
-  r.out = download_out(dout, q.size(), "decode");
+  r.out = download<std::uint16_t>(dout, q.size(), "decode");
   r.stats = stats.download("decode");
+  r.lse = extra.download_lse("decode");
   return r;
 }
 

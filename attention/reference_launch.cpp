@@ -36,6 +36,22 @@ void add_stats(const AttentionStats& st, KernelChoice kernel, unsigned long long
   }
 }
 
+// The launch's threshold as the reference takes it: what the chosen kernel runs with.
+void set_threshold(ReferenceOptions& opt, KernelChoice kernel, const Threshold& threshold,
+                   const float* lambdas, int batch) {
+  if (kernel != KernelChoice::kSkip) return;  // opt.threshold stays dense
+  if (lambdas != nullptr) {
+    opt.lambdas.assign(lambdas, lambdas + batch);
+  } else {
+    opt.threshold = threshold;
+  }
+}
+
+void narrow_lse(const std::vector<double>& lse, float* to) {
+  if (to == nullptr) return;
+  for (std::size_t i = 0; i < lse.size(); ++i) to[i] = static_cast<float>(lse[i]);
+}
+
 }  // namespace
 
 KernelChoice run_prefill_reference(const PrefillArguments& a) {
@@ -95,12 +111,15 @@ KernelChoice run_prefill_reference(const PrefillArguments& a) {
   p.softmax_scale = a.softmax_scale;
   const KernelChoice kernel = prefill_kernel_choice(a);
   ReferenceOptions opt;
-  opt.threshold = kernel == KernelChoice::kSkip ? a.threshold : Threshold::dense();
+  set_threshold(opt, kernel, a.threshold, a.lambdas, a.batch);
   opt.tiles = prefill_vote_tiles(a.head_dim, a.kv_order);
   opt.collect_mass = false;
   std::vector<double> out(q.size());
+  std::vector<double> lse(a.lse ? static_cast<std::size_t>(a.total_q * a.num_heads_q) : 0);
+  opt.lse = a.lse ? lse.data() : nullptr;
   const AttentionStats st = reference_prefill(p, opt, out.data());
   narrow(out, a.out, a.dtype);
+  narrow_lse(lse, a.lse);
   add_stats(st, kernel, a.stats);
   return kernel;
 }
@@ -138,13 +157,16 @@ KernelChoice run_decode_reference(const DecodeArguments& a) {
   p.softmax_scale = a.softmax_scale;
   const KernelChoice kernel = decode_kernel_choice(a);
   ReferenceOptions opt;
-  opt.threshold = kernel == KernelChoice::kSkip ? a.threshold : Threshold::dense();
+  set_threshold(opt, kernel, a.threshold, a.lambdas, a.batch);
   opt.tiles = TileShape{.tile_k = decode_tile_k(a.head_dim)};
   opt.num_splits = decode_num_splits(a);
   opt.collect_mass = false;
   std::vector<double> out(q.size());
+  std::vector<double> lse(a.lse ? q.size() / a.head_dim : 0);
+  opt.lse = a.lse ? lse.data() : nullptr;
   const AttentionStats st = reference_decode(p, opt, out.data());
   narrow(out, a.out, a.dtype);
+  narrow_lse(lse, a.lse);
   add_stats(st, kernel, a.stats);
   return kernel;
 }

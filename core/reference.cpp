@@ -162,10 +162,31 @@ void validate_heads(int hq, int hkv, int head_dim) {
   check(head_dim > 0, "head_dim must be positive");
 }
 
-void validate_options(const ReferenceOptions& opt) {
+void validate_options(const ReferenceOptions& opt, std::size_t batch) {
   check(opt.tiles.tile_q > 0 && opt.tiles.tile_k > 0, "tile_q and tile_k must be positive");
   check(opt.num_splits > 0, "num_splits must be positive");
+  if (!opt.lambdas.empty()) {
+    check(opt.lambdas.size() == batch, "lambdas holds " + std::to_string(opt.lambdas.size()) +
+                                           " values for " + std::to_string(batch) + " sequences");
+    check(opt.threshold.kind() == Threshold::Kind::kDense,
+          "per-sequence lambdas replace the threshold: give one or the other");
+  }
 }
+
+// The lambda sequence b of KV length kv_len runs with.
+double lambda_of(const ReferenceOptions& opt, std::size_t b, std::int64_t kv_len) {
+  return opt.lambdas.empty() ? opt.threshold.lambda_for(kv_len)
+                             : sequence_lambda(opt.lambdas[b], kv_len);
+}
+
+// Whether no sequence of the problem can skip: the dense loop serves them all.
+bool never_skips(const ReferenceOptions& opt) {
+  if (opt.lambdas.empty()) return opt.threshold.never_skips();
+  return std::none_of(opt.lambdas.begin(), opt.lambdas.end(),
+                      [](float x) { return sequence_lambda(x, 1) > 0.0; });
+}
+
+double row_lse(const RowState& rs) { return rs.m + std::log(rs.l); }
 
 void validate_cu_seqlens(const std::vector<std::int64_t>& cu, const char* name) {
   check(cu.size() >= 2, std::string(name) + " needs at least 2 entries (batch + 1)");
@@ -306,7 +327,7 @@ AttentionStats prefill_impl(const PrefillProblem& p, const ReferenceOptions& opt
     const std::int64_t lk = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
     seqs[b].q_len = lq;
     seqs[b].kv_len = lk;
-    seqs[b].lambda = opt.threshold.lambda_for(lk);
+    seqs[b].lambda = lambda_of(opt, b, lk);
     for (std::int64_t q0 = 0; q0 < lq; q0 += tq) {
       for (int h = 0; h < hq; ++h) items.push_back({b, q0, std::min(q0 + tq, lq), h});
     }
@@ -370,6 +391,7 @@ AttentionStats prefill_impl(const PrefillProblem& p, const ReferenceOptions& opt
       double* orow = o.data() + static_cast<std::ptrdiff_t>(r) * dim;
       double* dst = out + ((q_off + it.q_begin + r) * hq + it.head) * dim;
       for (int d = 0; d < dim; ++d) dst[d] = orow[d] / st[r].l;
+      if (opt.lse) opt.lse[(q_off + it.q_begin + r) * hq + it.head] = row_lse(st[r]);
       add_row_mass(st[r], dst, dim, stats);
     }
   });
@@ -395,7 +417,7 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
   for (std::int64_t b = 0; b < batch; ++b) {
     seqs[b].q_len = lq;
     seqs[b].kv_len = kv.seq_lens[b];
-    seqs[b].lambda = opt.threshold.lambda_for(kv.seq_lens[b]);
+    seqs[b].lambda = lambda_of(opt, b, kv.seq_lens[b]);
   }
   const std::int64_t n_items = batch * hkv;
   std::vector<ItemStats> item_stats(n_items);
@@ -480,8 +502,10 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
           total.skip_m = m_new;
         }
       }
-      double* dst = out + ((b * lq + r / group) * hq + kvh * group + r % group) * dim;
+      const std::int64_t out_row = (b * lq + r / group) * hq + kvh * group + r % group;
+      double* dst = out + out_row * dim;
       for (int d = 0; d < dim; ++d) dst[d] = acc[d] / total.l;
+      if (opt.lse) opt.lse[out_row] = row_lse(total);
       add_row_mass(total, dst, dim, stats);
     }
   });
@@ -493,20 +517,18 @@ AttentionStats decode_impl(const DecodeProblem& p, const ReferenceOptions& opt, 
 AttentionStats reference_prefill(const PrefillProblem& p, const ReferenceOptions& opt,
                                  double* out) {
   validate(p);
-  validate_options(opt);
-  return opt.threshold.never_skips() ? prefill_impl<false>(p, opt, out)
-                                     : prefill_impl<true>(p, opt, out);
+  validate_options(opt, p.cu_seqlens_q.size() - 1);
+  return never_skips(opt) ? prefill_impl<false>(p, opt, out) : prefill_impl<true>(p, opt, out);
 }
 
 AttentionStats reference_decode(const DecodeProblem& p, const ReferenceOptions& opt, double* out) {
   validate(p);
-  validate_options(opt);
-  if (p.window > 0 && !opt.threshold.never_skips()) {
+  validate_options(opt, p.kv.seq_lens.size());
+  if (p.window > 0 && !never_skips(opt)) {
     throw std::invalid_argument(
         "decode with a sliding window runs dense (skipping is not applied to local layers)");
   }
-  return opt.threshold.never_skips() ? decode_impl<false>(p, opt, out)
-                                     : decode_impl<true>(p, opt, out);
+  return never_skips(opt) ? decode_impl<false>(p, opt, out) : decode_impl<true>(p, opt, out);
 }
 
 }  // namespace skipsoftmax

@@ -386,6 +386,102 @@ TEST(ReferencePrefill, VisitOrdersAgreeDenseAndSinkFirstSkipsMore) {
   EXPECT_GE(sink_first.tiles_skipped, forward.tiles_skipped);
 }
 
+// Naive natural log-sum-exps of every row, [total_q, hq].
+std::vector<double> naive_lse(const PrefillProblem& p) {
+  std::vector<double> lse(static_cast<std::size_t>(p.cu_seqlens_q.back()) * p.num_heads_q);
+  for (std::size_t b = 0; b + 1 < p.cu_seqlens_q.size(); ++b) {
+    for (int h = 0; h < p.num_heads_q; ++h) {
+      const auto s = naive_scores(p, b, h);
+      for (std::size_t i = 0; i < s.size(); ++i) {
+        const double m = *std::max_element(s[i].begin(), s[i].end());
+        double l = 0.0;
+        for (double x : s[i]) l += std::exp(x - m);
+        lse[(p.cu_seqlens_q[b] + i) * p.num_heads_q + h] = m + std::log(l);
+      }
+    }
+  }
+  return lse;
+}
+
+TEST(ReferencePrefill, LseIsTheNaiveLogSumExp) {
+  Batch b = make_batch({1, 130, 300}, {1, 400, 300}, 4, 2, 32, true, 41);
+  b.problem.window = 0;
+  const std::vector<double> naive = naive_lse(b.problem);
+  ReferenceOptions o = options(Threshold::dense(), 64, 64);
+  std::vector<double> lse(naive.size(), kNaN);
+  o.lse = lse.data();
+  run(b.problem, o);
+  for (std::size_t i = 0; i < lse.size(); ++i) EXPECT_NEAR(lse[i], naive[i], 1e-12) << i;
+}
+
+// Two disjoint key sets attended apart and merged by their log-sum-exps give the whole: the use
+// of lse (split-KV, cascades, context parallelism). With skipping, lse is the log of the kept
+// keys' sum, so that the merge reproduces the skip output of the whole.
+TEST(ReferencePrefill, OutputsMergeExactlyByTheirLse) {
+  const int hq = 4, hkv = 2, dim = 32;
+  Batch whole = make_batch({50}, {600}, hq, hkv, dim, false, 43);
+  const std::size_t row = std::size_t(hkv) * dim;
+  Batch first = whole, second = whole;
+  first.problem.cu_seqlens_k = {0, 256};
+  second.k.erase(second.k.begin(), second.k.begin() + 256 * row);
+  second.v.erase(second.v.begin(), second.v.begin() + 256 * row);
+  second.problem.k = second.k.data();
+  second.problem.v = second.v.data();
+  second.problem.cu_seqlens_k = {0, 344};
+  const std::size_t rows = 50 * hq;
+  std::vector<double> lse_whole(rows), lse_first(rows), lse_second(rows);
+  ReferenceOptions o = options(Threshold::dense(), 64, 64);
+  o.lse = lse_whole.data();
+  const auto out_whole = run(whole.problem, o);
+  o.lse = lse_first.data();
+  const auto out_first = run(first.problem, o);
+  o.lse = lse_second.data();
+  const auto out_second = run(second.problem, o);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const double m = std::max(lse_first[r], lse_second[r]);
+    const double w1 = std::exp(lse_first[r] - m), w2 = std::exp(lse_second[r] - m);
+    EXPECT_NEAR(m + std::log(w1 + w2), lse_whole[r], 1e-12);
+    for (int d = 0; d < dim; ++d) {
+      const double merged =
+          (w1 * out_first[r * dim + d] + w2 * out_second[r * dim + d]) / (w1 + w2);
+      EXPECT_NEAR(merged, out_whole[r * dim + d], 1e-12);
+    }
+  }
+}
+
+// Per-sequence lambdas give each sequence what a flat lambda gives it alone, bit for bit; 0, NaN
+// and values from 1 up run it dense.
+TEST(ReferencePrefill, PerSequenceLambdasActAsFlatLambdasPerSequence) {
+  const std::vector<std::int64_t> lens = {900, 700, 500, 400, 300};
+  const std::vector<float> lambdas = {1e-2f, 1e-3f, 0.f, std::nanf(""), 1.f};
+  Batch batch = make_batch(lens, lens, 4, 2, 32, true, 47);
+  ReferenceOptions o = options(Threshold::dense(), 64, 64, KvOrder::kSinkThenReverse);
+  o.lambdas = lambdas;
+  AttentionStats st;
+  const auto out = run(batch.problem, o, &st);
+  EXPECT_GT(st.sequences[0].tiles_skipped, 0);
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < lens.size(); ++i) {
+    Batch one = make_batch({lens[i]}, {lens[i]}, 4, 2, 32, true, 47 + i);
+    const float x = lambdas[i];
+    const bool skips = x > 0.f && x < 1.f;
+    AttentionStats alone;
+    const auto expected = run(
+        one.problem,
+        options(skips ? Threshold::flat(x) : Threshold::dense(), 64, 64, KvOrder::kSinkThenReverse),
+        &alone);
+    EXPECT_TRUE(std::equal(expected.begin(), expected.end(), out.begin() + at)) << i;
+    EXPECT_EQ(st.sequences[i].tiles_skipped, alone.sequences[0].tiles_skipped) << i;
+    EXPECT_EQ(st.sequences[i].lambda, skips ? double(x) : 0.0) << i;
+    at += expected.size();
+  }
+  o.lambdas.pop_back();
+  EXPECT_THROW(run(batch.problem, o), std::invalid_argument);  // 4 values, 5 sequences
+  o.lambdas = lambdas;
+  o.threshold = Threshold::flat(1e-3);
+  EXPECT_THROW(run(batch.problem, o), std::invalid_argument);  // both
+}
+
 TEST(ReferencePrefill, RejectsBadProblems) {
   Batch b = make_batch({10}, {10}, 4, 2, 16, true, 59);
   std::vector<double> out(out_size(b.problem));
@@ -553,6 +649,20 @@ TEST(ReferenceDecode, VoteCoversTheWholeGroupAndHoldsTheBound) {
     }
     // tiles_total counts (GQA group, KV tile) pairs.
     EXPECT_EQ(s.tiles_total, 2 * ((2000 + 63) / 64 + (900 + 63) / 64));
+  }
+}
+
+// The splits' combine yields the whole row's log-sum-exp, as one split and the prefill do.
+TEST(ReferenceDecode, LseOfTheCombinedSplitsIsTheNaiveOne) {
+  PagedBatch pb = make_paged({1, 17, 300, 129}, 8, 2, 32, 16, 79);
+  const std::vector<double> naive = naive_lse(pb.contiguous.problem);
+  for (int splits : {1, 3}) {
+    ReferenceOptions o = options(Threshold::dense(), 1, 64);
+    o.num_splits = splits;
+    std::vector<double> lse(naive.size(), kNaN);
+    o.lse = lse.data();
+    run_decode(pb.problem, o);
+    for (std::size_t i = 0; i < lse.size(); ++i) EXPECT_NEAR(lse[i], naive[i], 1e-12) << i;
   }
 }
 

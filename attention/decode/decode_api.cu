@@ -9,10 +9,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "../common/device_threshold.h"
 #include "../common/families.h"
 #include "../common/paged_kv_check.h"
 #include "../common/tensor_map.h"
-#include "../common/device_threshold.h"
 #include "decode_launch.cuh"
 #include "skipsoftmax/decode.h"
 #include "softmax_scale.h"
@@ -69,7 +69,10 @@ void launch(const decode::Params& params, const DecodeArguments& a, cudaStream_t
 
 }  // namespace
 
+// Per-sequence lambdas live on the device, unread by the host: they take the skip kernel, in
+// which each sequence guards itself.
 KernelChoice decode_kernel_choice(const DecodeArguments& a) {
+  if (a.lambdas != nullptr) return a.force_kernel.value_or(KernelChoice::kSkip);
   return a.force_kernel.value_or(choose_decode_kernel(a.threshold, a.max_seq_len, a.batch));
 }
 
@@ -202,8 +205,8 @@ std::string can_implement(const DecodeArguments& a) {
     // The decode grid is (splits, Hkv, batch), the combine grid one CTA a query row.
     why << "batch (" << a.batch << ") and num_heads_kv (" << a.num_heads_kv << ") must be at most "
         << kMaxGridYZ << ", and batch x q_len x num_heads_q below 2^31";
-  } else if (const std::string paged = common::paged_kv_problem(kv, a.batch, a.max_seq_len,
-                                                                 "max_seq_len");
+  } else if (const std::string paged =
+                 common::paged_kv_problem(kv, a.batch, a.max_seq_len, "max_seq_len");
              !paged.empty()) {
     why << paged;
   } else if (a.num_splits < 0 || a.num_splits > kMaxSplits) {
@@ -219,12 +222,18 @@ std::string can_implement(const DecodeArguments& a) {
   } else if (a.window < 0) {
     why << "sliding window must be >= 0 (0: none), got " << a.window;
   } else if (a.window > 0 &&
-             (!a.threshold.never_skips() ||
+             (!a.threshold.never_skips() || a.lambdas != nullptr ||
               a.force_kernel.value_or(KernelChoice::kDense) != KernelChoice::kDense)) {
     why << "sliding-window decode runs the dense kernel (skipping is not applied to local "
            "layers): pass a dense threshold";
-  } else if (const std::string t = common::device_threshold_problem(a.threshold); !t.empty()) {
+  } else if (const std::string t = common::device_threshold_problem(a.threshold, a.lambdas);
+             !t.empty()) {
     why << t;
+  } else if ((reinterpret_cast<std::uintptr_t>(a.lse) |
+              reinterpret_cast<std::uintptr_t>(a.lambdas)) %
+                 alignof(float) !=
+             0) {
+    why << "lse and lambdas must be float32 arrays (4-byte aligned)";
   }
   return why.str();
 }
@@ -290,13 +299,14 @@ KernelChoice run_decode(const DecodeArguments& a, void* workspace, std::size_t w
   p.num_splits = splits;
   p.window = a.window;
   p.scale_log2 = scale_log2(a.softmax_scale, a.head_dim);
-  p.threshold = common::to_device(a.threshold);
+  p.threshold = common::to_device(a.threshold, a.lambdas);
   if (splits > 1) {
     p.partial_o = static_cast<float*>(workspace);
     p.partial_lse = p.partial_o + static_cast<std::size_t>(a.batch) * a.q_len * a.num_heads_q *
                                       splits * a.head_dim;
   }
   p.stats = a.stats;
+  p.lse = a.lse;
   const auto s = static_cast<cudaStream_t>(stream);
   if (choice == KernelChoice::kSkip) {
     launch<true>(p, a, s);

@@ -10,7 +10,8 @@
 
 namespace skipsoftmax::decode {
 
-// out[b, h, :] = sum over splits of 2^(lse_s - lse) * partial_o_s, lse the log2-sum-exp of all.
+// out[b, h, :] = sum over splits of 2^(lse_s - lse) * partial_o_s, lse the log2-sum-exp of all
+// (written, in natural log, to p.lse when set).
 // One CTA per (sequence, query head): thread t sums columns 4 (t % kQuads) + {0..3} over the
 // splits s = t / kQuads (mod kSplitGroups), so that a thread's few loads are in flight together;
 // the split groups' sums meet in shared memory. Launched as a programmatic dependent of the decode
@@ -79,6 +80,9 @@ __global__ void __launch_bounds__(kCombineThreads)
   }
   // total = 0: no split saw a key (a sequence shorter than q_len): 0, as one split writes.
   const float inv = total > 0.f ? 1.f / total : 0.f;
+  if (p.lse != nullptr && tid == 0) {
+    p.lse[head_row] = total > 0.f ? (m + log2f(total)) * hopper::kLn2 : -__builtin_huge_valf();
+  }
   auto* out = static_cast<std::uint32_t*>(p.out) + (head_row * kHeadDim + 4 * quad) / 2;
   out[0] = hopper::pack_half2<kBf16>(x.x * inv, x.y * inv);
   out[1] = hopper::pack_half2<kBf16>(x.z * inv, x.w * inv);

@@ -10,8 +10,8 @@
 
 namespace skipsoftmax::decode {
 
-// Sums the key slices' partial outputs and row sums, normalizes, and writes the output (one
-// split) or the split's output and log2-sum-exp.
+// Sums the key slices' partial outputs and row sums, normalizes, and writes the output and its
+// natural log-sum-exp (one split) or the split's output and log2-sum-exp.
 template <bool kBf16, int kHeadDim, bool kSkip>
 __device__ inline void DecodeCta<kBf16, kHeadDim, kSkip>::store(int skipped) {
   __syncthreads();                            // every warp is done with the stages
@@ -63,6 +63,9 @@ __device__ inline void DecodeCta<kBf16, kHeadDim, kSkip>::store(int skipped) {
     } else {
       auto* dst = static_cast<std::uint32_t*>(p.out) + (hr * kHeadDim + col) / 2;
       *dst = hopper::pack_half2<kBf16>(x0 * inv, x1 * inv);
+      if (p.lse != nullptr && col == 0) {
+        p.lse[hr] = sum > 0.f ? e.m_run[row] * (p.scale_log2 * hopper::kLn2) + logf(sum) : kNegInf;
+      }
     }
   }
   if (kSkip && p.stats != nullptr && tid == 0 && n_tiles > 0) {

@@ -110,7 +110,7 @@ __device__ inline void DecodeCta<kBf16, kHeadDim, kSkip>::run() {
     key_lo[i] = p.window > 0 ? max(0, last - p.window + 1) : 0;
   }
   // lambda = 0 (the guard, and the dense kernel) runs the dense loop: bit-identical.
-  const float lambda = kSkip ? common::lambda_for(p.threshold, kv_len) : 0.f;
+  const float lambda = kSkip ? common::lambda_for(p.threshold, seq, kv_len) : 0.f;
   __syncthreads();  // the barriers are initialized
   if (lambda > 0.f && seeded()) load_k(Cfg::kAheadK, seed_row);
 #pragma unroll

@@ -29,6 +29,7 @@ struct Params {
   float* partial_o;           // [batch, q_len, Hq, num_splits, D]
   float* partial_lse;         // [batch, q_len, Hq, num_splits]
   unsigned long long* stats;  // [batch][2] tiles visited, skipped; null: none
+  float* lse;                 // [batch, q_len, Hq] natural log-sum-exp of each row; null: none
 };
 
 }  // namespace skipsoftmax::decode

@@ -10,6 +10,9 @@
 
 namespace skipsoftmax::hopper {
 
+// ln 2: natural log-sum-exps from the kernels' base-2 ones.
+inline constexpr float kLn2 = 0.693147180559945309f;
+
 __device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }

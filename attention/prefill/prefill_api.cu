@@ -8,10 +8,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "../common/device_threshold.h"
 #include "../common/families.h"
 #include "../common/paged_kv_check.h"
 #include "../common/tensor_map.h"
-#include "../common/device_threshold.h"
 #include "prefill_launch.cuh"
 #include "skipsoftmax/prefill.h"
 #include "softmax_scale.h"
@@ -74,7 +74,7 @@ std::string can_implement(const PrefillArguments& a) {
   } else if (a.window < 0 || (a.window > 0 && !a.causal)) {
     why << "a sliding window (" << a.window << ") needs a causal mask and must be positive";
   } else if (a.window > 0 &&
-             (!a.threshold.never_skips() ||
+             (!a.threshold.never_skips() || a.lambdas != nullptr ||
               a.force_kernel.value_or(KernelChoice::kDense) != KernelChoice::kDense)) {
     why << "sliding-window launches run the dense kernel (skipping is not applied to local "
            "layers): pass a dense threshold";
@@ -97,13 +97,22 @@ std::string can_implement(const PrefillArguments& a) {
     why << "q, k, v (or the pages) and out must be 16-byte aligned";
   } else if (const std::string s = softmax_scale_problem(a.softmax_scale); !s.empty()) {
     why << s;
-  } else if (const std::string t = common::device_threshold_problem(a.threshold); !t.empty()) {
+  } else if (const std::string t = common::device_threshold_problem(a.threshold, a.lambdas);
+             !t.empty()) {
     why << t;
+  } else if ((reinterpret_cast<std::uintptr_t>(a.lse) |
+              reinterpret_cast<std::uintptr_t>(a.lambdas)) %
+                 alignof(float) !=
+             0) {
+    why << "lse and lambdas must be float32 arrays (4-byte aligned)";
   }
   return why.str();
 }
 
+// Per-sequence lambdas live on the device, unread by the host: they take the skip kernel, in
+// which each sequence guards itself.
 KernelChoice prefill_kernel_choice(const PrefillArguments& a) {
+  if (a.lambdas != nullptr) return a.force_kernel.value_or(KernelChoice::kSkip);
   return a.force_kernel.value_or(choose_prefill_kernel(a.threshold, a.max_seqlen_k, a.batch));
 }
 
@@ -123,14 +132,18 @@ KernelChoice run_prefill(const PrefillArguments& a, void*, void* stream) {
     const PagedKv& kv = a.paged_kv;
     const std::int64_t rows = kv.num_pages * kv.page_size;
     const int box = std::min(kv.page_size, block_n);
-    p.tma_k = make_tensor_map("prefill", kv.k_pages, rows, a.num_heads_kv, a.head_dim, box, a.dtype);
-    p.tma_v = make_tensor_map("prefill", kv.v_pages, rows, a.num_heads_kv, a.head_dim, box, a.dtype);
+    p.tma_k =
+        make_tensor_map("prefill", kv.k_pages, rows, a.num_heads_kv, a.head_dim, box, a.dtype);
+    p.tma_v =
+        make_tensor_map("prefill", kv.v_pages, rows, a.num_heads_kv, a.head_dim, box, a.dtype);
     p.page_table = kv.page_table;
     p.max_pages_per_seq = kv.max_pages_per_seq;
     p.page_shift = std::countr_zero(static_cast<unsigned>(kv.page_size));
   } else {
-    p.tma_k = make_tensor_map("prefill", a.k, a.total_k, a.num_heads_kv, a.head_dim, block_n, a.dtype);
-    p.tma_v = make_tensor_map("prefill", a.v, a.total_k, a.num_heads_kv, a.head_dim, block_n, a.dtype);
+    p.tma_k =
+        make_tensor_map("prefill", a.k, a.total_k, a.num_heads_kv, a.head_dim, block_n, a.dtype);
+    p.tma_v =
+        make_tensor_map("prefill", a.v, a.total_k, a.num_heads_kv, a.head_dim, block_n, a.dtype);
   }
   p.window = a.window;
   p.out = a.out;
@@ -142,8 +155,9 @@ KernelChoice run_prefill(const PrefillArguments& a, void*, void* stream) {
   p.num_m_blocks = static_cast<int>((std::int64_t{a.max_seqlen_q} + block_m - 1) / block_m);
   p.scale_log2 = scale_log2(a.softmax_scale, a.head_dim);
   p.kv_order = static_cast<int>(a.kv_order);
-  p.threshold = common::to_device(a.threshold);
+  p.threshold = common::to_device(a.threshold, a.lambdas);
   p.stats = a.stats;
+  p.lse = a.lse;
   const auto s = static_cast<cudaStream_t>(stream);
   if (choice == KernelChoice::kSkip) {
     launch<true>(p, a, s);

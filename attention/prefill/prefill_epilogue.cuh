@@ -1,5 +1,5 @@
 // The prefill kernel's epilogue: each consumer thread normalizes its two rows of O by their
-// row sums and stores them, packed to 16 bits, to the output.
+// row sums and stores them, packed to 16 bits, to the output (and the rows' log-sum-exps).
 #pragma once
 
 #include "../hopper/ptx.cuh"
@@ -8,7 +8,8 @@
 namespace skipsoftmax::prefill {
 
 // O / l of this thread's two rows, each row's sum over the quad of threads that share it; rows
-// past the sequence's query rows are not stored.
+// past the sequence's query rows are not stored. The log-sum-exp in natural log: l sums
+// exp2(scale_log2 (s - m)), so ln(sum exp(scale s)) = scale m + ln l (-inf where no key was seen).
 template <bool kBf16, int kHeadDim, bool kCausal, bool kSkip>
 __device__ inline void Consumer<kBf16, kHeadDim, kCausal, kSkip>::store_output() {
   const int lane = tid % 32;
@@ -20,6 +21,10 @@ __device__ inline void Consumer<kBf16, kHeadDim, kCausal, kSkip>::store_output()
     const float inv = 1.f / sum;
     const int row = row0 + 8 * i;
     if (row >= w.q_len) continue;
+    if (p.lse != nullptr && lane % 4 == 0) {
+      p.lse[static_cast<std::int64_t>(w.q_start + row) * p.num_heads_q + w.head] =
+          sum > 0.f ? m[i] * (p.scale_log2 * hopper::kLn2) + logf(sum) : kNegInf;
+    }
     auto* out =
         reinterpret_cast<std::uint32_t*>(p.out) +
         ((static_cast<std::int64_t>(w.q_start + row) * p.num_heads_q + w.head) * kHeadDim) / 2;

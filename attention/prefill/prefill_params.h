@@ -35,6 +35,7 @@ struct Params {
   int page_shift;  // log2(page_size)
   DeviceThreshold threshold;  // skip kernels only
   unsigned long long* stats;  // [batch][2] tiles visited, skipped; null: no statistics
+  float* lse;                 // [total_q, Hq] natural log-sum-exp of each row; null: none
 };
 
 }  // namespace skipsoftmax::prefill

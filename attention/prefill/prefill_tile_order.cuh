@@ -64,7 +64,7 @@ __device__ __forceinline__ bool find_work(const Params& p, CtaWork& w) {
   w.voting = false;
   if constexpr (kSkip) {
     // lambda = 0 (the guard) never skips: such a sequence runs the dense main loop.
-    const float lambda = lambda_for(p.threshold, w.kv_len);
+    const float lambda = lambda_for(p.threshold, seq, w.kv_len);
     w.voting = lambda > 0.f;
     if (w.voting) w.skip_gap = __log2f(lambda) / p.scale_log2;
   }

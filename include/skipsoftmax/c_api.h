@@ -73,6 +73,13 @@ typedef struct skipsoftmax_prefill_args {
   int page_size;
   const int32_t* page_table; /* [batch, max_pages_per_seq] */
   int max_pages_per_seq;
+  /* [batch] float32, one lambda per sequence, read by the kernel (change it between CUDA-graph
+   * replays); set, it replaces the threshold (table_rows 0, flat_lambda 0) and the skip kernel
+   * runs; a value outside (0, 1), NaN included, makes its sequence dense. NULL: none. */
+  const float* lambdas;
+  /* [total_q, num_heads_q] float32: each row's natural log-sum-exp, ln sum exp(scale q.k) over
+   * the keys computed (skipped tiles excluded), -inf for a row without keys. NULL: none. */
+  float* lse;
 } skipsoftmax_prefill_args;
 
 typedef struct skipsoftmax_decode_args {
@@ -105,6 +112,8 @@ typedef struct skipsoftmax_decode_args {
   int force_kernel;
   int window;           /* sliding window in keys (dense threshold); 0: none */
   int q_len;            /* new tokens per sequence (speculative verification); 0: one */
+  const float* lambdas; /* [batch], as in skipsoftmax_prefill_args */
+  float* lse;           /* [batch, q_len, num_heads_q], as in skipsoftmax_prefill_args */
 } skipsoftmax_decode_args;
 
 /* Fill *args with the C++ defaults (skipsoftmax/prefill.h, skipsoftmax/decode.h): bf16, head dim

@@ -22,14 +22,14 @@ namespace skipsoftmax {
 
 struct DecodeArguments {
   DType dtype = DType::kBF16;
-  int head_dim = 128;                  // 64, 128 or 256
-  const void* q = nullptr;             // device, [batch, q_len, num_heads_q, head_dim]
-  void* out = nullptr;                 // device, [batch, q_len, num_heads_q, head_dim]
+  int head_dim = 128;       // 64, 128 or 256
+  const void* q = nullptr;  // device, [batch, q_len, num_heads_q, head_dim]
+  void* out = nullptr;      // device, [batch, q_len, num_heads_q, head_dim]
   // New tokens per sequence, already in the cache: token i sits at position seq_len - q_len + i
   // and sees the keys up to it (causal). q_len x (Hq / Hkv) <= 16; every sequence must hold at
   // least q_len tokens. All rows of a GQA group vote together on each tile.
   int q_len = 1;
-  PagedKv kv;                          // the cache, already holding the new tokens' K and V
+  PagedKv kv;                              // the cache, already holding the new tokens' K and V
   const std::int32_t* seq_lens = nullptr;  // device, [batch]: cached tokens, the new ones included
   int batch = 0;
   // The longest seq_lens entry, exactly: sizes the split and drives the dispatch (a batch of one
@@ -42,10 +42,16 @@ struct DecodeArguments {
   // Sliding window (local layers such as Gemma 3's): the new token sees its last `window` keys.
   // Windowed launches run the dense kernel (skipping is not applied to local layers). 0: none.
   int window = 0;
-  Threshold threshold;                  // the decode table (dense, per-length table or flat)
-  int num_splits = 0;                   // 0: chosen from all the arguments (decode_num_splits)
+  Threshold threshold;  // the decode table (dense, per-length table or flat)
+  // Device, [batch] float32: one lambda per sequence, as PrefillArguments::lambdas (replaces a
+  // dense `threshold`; outside (0, 1) or NaN: that sequence runs dense).
+  const float* lambdas = nullptr;
+  int num_splits = 0;  // 0: chosen from all the arguments (decode_num_splits)
   // Skip kernel only: [batch][2] tiles visited and skipped per sequence, accumulated.
   unsigned long long* stats = nullptr;
+  // Device, [batch, q_len, num_heads_q] float32: each row's natural log-sum-exp over the keys
+  // computed, as PrefillArguments::lse (after the split combine). Null: not written.
+  float* lse = nullptr;
   std::optional<KernelChoice> force_kernel;
 };
 
@@ -88,13 +94,15 @@ namespace skipsoftmax {
 
 // Decode on tensors held in host memory (16-bit values: fp16 or bf16 bits), for tools and tests:
 // copies them to the device, runs run_decode on the default stream, copies the output back.
-// `args` gives everything but the device pointers. Throws like run_decode, and
+// `args` gives everything but the device pointers (lambdas, when set, in host memory; a non-null
+// lse asks for the log-sum-exps in the result). Throws like run_decode, and
 // std::runtime_error when no Hopper GPU is present; the arguments, the host tensors' sizes, the
 // lengths (within [q_len, max_seq_len], the longest equal to max_seq_len) and the page ids they
 // reach are checked first (std::invalid_argument), so that a bad argument is named on any machine.
 struct HostDecodeResult {
   std::vector<std::uint16_t> out;         // [batch, q_len, num_heads_q, head_dim]
   std::vector<unsigned long long> stats;  // [batch][2] visited, skipped (skip kernel only)
+  std::vector<float> lse;                 // [batch, q_len, num_heads_q] when args.lse was set
   KernelChoice kernel = KernelChoice::kDense;
   int num_splits = 1;
   double kernel_ms = 0.0;  // one call (decode and combine), timed with CUDA events

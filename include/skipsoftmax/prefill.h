@@ -23,11 +23,11 @@ const char* to_string(DType dtype);
 
 struct PrefillArguments {
   DType dtype = DType::kBF16;
-  int head_dim = 128;                          // 64, 128 or 256
-  const void* q = nullptr;                     // [total_q, num_heads_q, head_dim]
-  const void* k = nullptr;                     // [total_k, num_heads_kv, head_dim]; unused if paged
-  const void* v = nullptr;                     // [total_k, num_heads_kv, head_dim]; unused if paged
-  void* out = nullptr;                         // [total_q, num_heads_q, head_dim]
+  int head_dim = 128;       // 64, 128 or 256
+  const void* q = nullptr;  // [total_q, num_heads_q, head_dim]
+  const void* k = nullptr;  // [total_k, num_heads_kv, head_dim]; unused if paged
+  const void* v = nullptr;  // [total_k, num_heads_kv, head_dim]; unused if paged
+  void* out = nullptr;      // [total_q, num_heads_q, head_dim]
   // device, [batch + 1] offsets: from 0, never decreasing, ending at total_q / total_k. They stay
   // on the device, so only run_prefill_host checks them. Every sequence with queries needs keys,
   // and a causal one at least as many keys as queries (else its rows are NaN).
@@ -42,7 +42,7 @@ struct PrefillArguments {
   int max_seqlen_k = 0;
   int num_heads_q = 0;
   int num_heads_kv = 0;
-  bool causal = true;                   // bottom-right aligned
+  bool causal = true;  // bottom-right aligned
   // Sliding window (local layers such as Gemma 3's): query at position p sees keys
   // [p - window + 1, p]. Needs causal; 0: none. The dense kernel runs windowed launches: skipping
   // is not applied to local layers.
@@ -54,10 +54,20 @@ struct PrefillArguments {
   PagedKv paged_kv;
   std::optional<double> softmax_scale;  // default 1 / sqrt(head_dim)
   Threshold threshold;                  // dense, per-length table or flat lambda
+  // Device, [batch] float32: one lambda per sequence, read by the kernel at launch (so it may
+  // change between CUDA-graph replays). Set, it replaces `threshold` (which must stay dense) and
+  // the skip kernel runs unless force_kernel says otherwise; a value outside (0, 1), NaN
+  // included, makes its sequence exact dense.
+  const float* lambdas = nullptr;
   KvOrder kv_order = KvOrder::kSinkThenReverse;
   // Skip kernel only: [batch][2] tiles visited and skipped per sequence, accumulated (zero it
   // first). Null: no statistics, no cost.
   unsigned long long* stats = nullptr;
+  // Device, [total_q, num_heads_q] float32: each row's log-sum-exp in natural log, log of the sum
+  // over the keys the kernel computed (skipped tiles excluded) of exp(softmax_scale * q.k); -inf
+  // for a row that sees no key. With it, outputs over disjoint key sets merge exactly (split-KV,
+  // cascades, context parallelism). Null: not written.
+  float* lse = nullptr;
   // Overrides the dispatch rule (benchmarks and tests of the guard run the skip kernel at
   // lambda = 0).
   std::optional<KernelChoice> force_kernel;
@@ -92,12 +102,15 @@ namespace skipsoftmax {
 // Prefill on tensors held in host memory (16-bit values: fp16 or bf16 bits), for tools and tests:
 // copies them to the device, runs run_prefill on the default stream, copies the output back.
 // `args` gives everything but the device pointers (q, k, v, out, cu_seqlens and stats are
-// filled in here). Throws like run_prefill, and std::runtime_error when no Hopper GPU is present;
-// the arguments and the host tensors' sizes and offsets are checked first
-// (std::invalid_argument), so that a bad argument is named on any machine.
+// filled in here); its lambdas, when set, point to host memory ([batch], uploaded here), and a
+// non-null lse asks for the log-sum-exps in the result. Throws like run_prefill, and
+// std::runtime_error when no Hopper GPU is present; the arguments and the host tensors' sizes and
+// offsets are checked first (std::invalid_argument), so that a bad argument is named on any
+// machine.
 struct HostPrefillResult {
   std::vector<std::uint16_t> out;         // [total_q, num_heads_q, head_dim]
   std::vector<unsigned long long> stats;  // [batch][2] visited, skipped (skip kernel only)
+  std::vector<float> lse;                 // [total_q, num_heads_q] when args.lse was set
   KernelChoice kernel = KernelChoice::kDense;
   double kernel_ms = 0.0;  // one launch, timed with CUDA events
 };
@@ -111,7 +124,8 @@ HostPrefillResult run_prefill_host(PrefillArguments args, const std::vector<std:
 // pointers: q, k, v or the pages (16-bit values), cu_seqlens, the page table, out and stats. It
 // takes the kernels' vote tiles, visit order and dispatch, so it makes their skip decisions;
 // paged K and V are gathered through the page table, `out` is written in the launch's dtype
-// (rounded through float) and stats are added to by a skip launch only, as on the GPU. Checks
+// (rounded through float), lse (when set) in float, and stats are added to by a skip launch
+// only, as on the GPU; lambdas, when set, is read from host memory. Checks
 // what run_prefill_host checks, then throws like run_prefill. No GPU needed: the fallback of a
 // machine without one, and an oracle for engines. Returns the kernel run_prefill would launch.
 KernelChoice run_prefill_reference(const PrefillArguments& args);

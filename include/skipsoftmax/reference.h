@@ -105,7 +105,10 @@ struct TileRecord {
 };
 
 struct ReferenceOptions {
-  Threshold threshold;       // dense, per-length table or flat lambda
+  Threshold threshold;  // dense, per-length table or flat lambda
+  // When not empty: one lambda per sequence, read as the kernels read theirs (sequence_lambda of
+  // threshold.h), in place of `threshold` (which must then be dense).
+  std::vector<float> lambdas;
   // The default (128 x 128, forward) is not the kernels' vote: to reproduce their decisions pass
   // prefill_vote_tiles(head_dim, order), or {.tile_k = decode_tile_k(head_dim)} for decode.
   TileShape tiles;           // tile_q is unused by decode
@@ -115,6 +118,10 @@ struct ReferenceOptions {
   // When set, receives every visited tile, ordered by (seq, head, q_tile, visit) whatever the
   // number of threads.
   std::vector<TileRecord>* trace = nullptr;
+  // When set, receives each output row's log-sum-exp in natural log: ln of the sum over the keys
+  // computed (skipped tiles excluded) of exp(scale * q.k), -inf for a row that sees no key.
+  // Prefill: [total_q, num_heads_q]; decode: [batch, q_len, num_heads_q].
+  double* lse = nullptr;
 };
 
 // Checks shapes and arguments; throws std::invalid_argument naming the problem.

@@ -77,6 +77,12 @@ class Threshold {
   double flat_lambda_ = 0.0;
 };
 
+// A per-sequence lambda as the kernels read it from device memory: x in (0, 1), else 0 (dense;
+// NaN included), and 0 for a sequence without keys.
+inline double sequence_lambda(float x, std::int64_t kv_len) {
+  return kv_len > 0 && x > 0.f && x < 1.f ? static_cast<double>(x) : 0.0;
+}
+
 enum class KernelChoice { kDense, kSkip };
 
 // Host dispatch for one prefill launch (max_kv_len: the longest KV length of the batch, history

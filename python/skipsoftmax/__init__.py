@@ -14,4 +14,4 @@ from .ops import KV_ORDERS, decode, prefill
 
 __all__ = ["prefill", "decode", "version", "KV_ORDERS", "SkipSoftmaxError",
            "SkipSoftmaxCudaError"]
-__version__ = "0.4.0"
+__version__ = "0.5.0"

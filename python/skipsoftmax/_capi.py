@@ -13,7 +13,7 @@ import pathlib
 import threading
 
 # The C API this binding mirrors; the library must have the same major.minor.
-API_VERSION = (0, 4)
+API_VERSION = (0, 5)
 
 FP16, BF16 = 0, 1  # enum skipsoftmax_dtype
 AUTO = -1  # SKIPSOFTMAX_AUTO, force_kernel's default
@@ -38,6 +38,7 @@ class PrefillArgs(ctypes.Structure):
         ("window", _c_int),
         ("k_pages", _c_void_p), ("v_pages", _c_void_p), ("num_pages", _c_i64),
         ("page_size", _c_int), ("page_table", _c_void_p), ("max_pages_per_seq", _c_int),
+        ("lambdas", _c_void_p), ("lse", _c_void_p),
     ]
 
 
@@ -53,6 +54,7 @@ class DecodeArgs(ctypes.Structure):
         ("flat_lambda", _c_double), ("num_splits", _c_int),
         ("workspace", _c_void_p), ("workspace_bytes", _c_i64), ("stats", _c_void_p),
         ("force_kernel", _c_int), ("window", _c_int), ("q_len", _c_int),
+        ("lambdas", _c_void_p), ("lse", _c_void_p),
     ]
 
 

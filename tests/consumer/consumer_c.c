@@ -20,7 +20,8 @@ int main(void) {
       prefill.head_dim != 128 || prefill.causal != 1 || prefill.kv_order != 2 ||
       prefill.force_kernel != SKIPSOFTMAX_AUTO || prefill.q != NULL || prefill.table_rows != 0 ||
       prefill.flat_lambda != 0.0 || prefill.softmax_scale != 0.0 || prefill.stats != NULL ||
-      prefill.k_pages != NULL || prefill.window != 0) {
+      prefill.k_pages != NULL || prefill.window != 0 || prefill.lambdas != NULL ||
+      prefill.lse != NULL) {
     fprintf(stderr, "FAILED: skipsoftmax_prefill_args_init sets the C++ defaults\n");
     ++failures;
   }
@@ -89,7 +90,7 @@ int main(void) {
       args.dtype != SKIPSOFTMAX_BF16 || args.head_dim != 128 || args.q_len != 1 ||
       args.num_splits != 0 || args.force_kernel != SKIPSOFTMAX_AUTO || args.workspace != NULL ||
       args.table_rows != 0 || args.flat_lambda != 0.0 || args.softmax_scale != 0.0 ||
-      args.stats != NULL || args.window != 0) {
+      args.stats != NULL || args.window != 0 || args.lambdas != NULL || args.lse != NULL) {
     fprintf(stderr, "FAILED: skipsoftmax_decode_args_init sets the C++ defaults\n");
     ++failures;
   }

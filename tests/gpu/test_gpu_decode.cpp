@@ -143,7 +143,8 @@ Result run_gpu(const Case& c, const Threshold& th, int splits,
 }
 
 AttentionStats run_cpu(const Case& c, const Threshold& th, int splits, std::vector<double>& out,
-                       int window = 0) {
+                       int window = 0, const std::vector<float>& lambdas = {},
+                       std::vector<double>* lse = nullptr) {
   DecodeProblem p;
   p.window = window;
   p.q = c.qf.data();
@@ -163,6 +164,11 @@ AttentionStats run_cpu(const Case& c, const Threshold& th, int splits, std::vect
   o.tiles.tile_k = decode_tile_k(c.dim);
   o.tiles.order = KvOrder::kForward;
   o.num_splits = splits;
+  o.lambdas = lambdas;
+  if (lse) {
+    lse->assign(c.q.size() / c.dim, 0.0);
+    o.lse = lse->data();
+  }
   out.assign(c.q.size(), 0.0);
   return reference_decode(p, o, out.data());
 }
@@ -197,6 +203,57 @@ TEST(GpuDecode, DenseMatchesReferenceOnRaggedPagedBatches) {
             std::vector<double> ref;
             run_cpu(c, Threshold::dense(), splits, ref);
             EXPECT_LT(rel_l2(r.out, ref), tolerance(t)) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+// One lambda per sequence (run_decode_host uploads the host copy) and each row's log-sum-exp,
+// with one split and with the combine: the reference's output, decisions and lse for the same
+// lambdas, and the dense kernel's lse. Sequences at 0 and NaN run dense.
+TEST(GpuDecode, PerSequenceLambdasAndLseMatchReference) {
+  REQUIRE_HOPPER();
+  const std::vector<float> lambdas = {0.f, 1e-3f, 1e-2f, std::nanf(""), 3e-3f};
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    for (int dim : {64, 128, 256}) {
+      if (!compiled(t, dim)) continue;
+      for (const Heads h : {Heads{8, 2}, Heads{16, 1}}) {
+        for (int q_len : {1, 2}) {
+          const Case c = make_case(t, h.q, h.kv, dim, 32, {700, 2000, 5000, 9000, 3001}, 13, 0.75,
+                                   h.q / h.kv * q_len <= 16 ? q_len : 1);
+          for (int splits : {1, 4}) {
+            for (bool per_sequence : {false, true}) {
+              const std::string what =
+                  std::string(to_string(t)) + " d" + std::to_string(dim) +
+                  " Hq=" + std::to_string(h.q) + " q_len " + std::to_string(c.q_len) + " splits " +
+                  std::to_string(splits) + (per_sequence ? " lambdas" : " dense");
+              DecodeArguments a = args_of(c, Threshold::dense(), splits);
+              a.lambdas = per_sequence ? lambdas.data() : nullptr;
+              std::vector<float> want_lse(1);
+              a.lse = want_lse.data();
+              const HostDecodeResult g =
+                  run_decode_host(a, c.q, c.k_pages, c.v_pages, c.page_table, c.lens);
+              EXPECT_EQ(g.kernel, per_sequence ? KernelChoice::kSkip : KernelChoice::kDense);
+              std::vector<double> ref, ref_lse;
+              const AttentionStats st =
+                  run_cpu(c, Threshold::dense(), splits, ref, 0,
+                          per_sequence ? lambdas : std::vector<float>{}, &ref_lse);
+              Result r{{}, g.out, g.stats, g.kernel};
+              for (std::uint16_t b : g.out) r.out.push_back(from_bits(b, t));
+              EXPECT_LT(rel_l2(r.out, ref), tolerance(t)) << what;
+              std::vector<bool> dense_rows(ref_lse.size(), !per_sequence);
+              if (per_sequence) {
+                expect_stats_agree(r, st, what);
+                const std::size_t seq_rows = ref_lse.size() / c.lens.size();
+                for (std::size_t i : {0, 3}) {
+                  EXPECT_EQ(st.sequences[i].tiles_skipped, 0) << what;
+                  std::fill_n(dense_rows.begin() + i * seq_rows, seq_rows, true);
+                }
+              }
+              gpu::expect_lse_close(g.lse, ref_lse, dense_rows, what);
+            }
           }
         }
       }

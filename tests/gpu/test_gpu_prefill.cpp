@@ -2,6 +2,7 @@
 // machines without a Hopper GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -181,6 +182,63 @@ TEST(GpuPrefill, PerLengthTableGivesEachSequenceItsLambda) {
   EXPECT_GT(st.sequences[2].tiles_skipped, 0);
   EXPECT_LT(rel_l2(r.out, ref), tolerance(s.dtype));
   expect_stats_agree(r, st, "table");
+}
+
+// One lambda per sequence read from device memory, and each row's log-sum-exp: the output, the
+// decisions and the lse of the CPU reference given the same lambdas. Sequences at 0, NaN and 1.5
+// run dense (the bits of the dense kernel); nothing past the batch's rows of lse is written.
+TEST(GpuPrefill, PerSequenceLambdasAndLseMatchReference) {
+  REQUIRE_HOPPER();
+  const std::vector<float> lambdas = {1e-3f, 1e-2f, 3e-3f, 0.f, std::nanf(""), 1.5f};
+  for (const Shape& s : all_shapes()) {
+    if (!compiled(s)) continue;
+    const std::vector<std::int64_t> q = {2100, 129, s.causal ? 700 : 3000, 300, 1000, 77};
+    const std::vector<std::int64_t> k = {2100, 129, 3000, 300, 1000, 77};
+    const HostBatch b = make_host_batch(s.dtype, 6, 2, s.dim, q, k, 17);
+    const std::string what = name(s);
+    DeviceBatch d(b);
+    const std::size_t rows = static_cast<std::size_t>(d.total_q) * b.hq;
+    DeviceBuffer dl(lambdas.size() * sizeof(float)), lse((rows + 64) * sizeof(float)),
+        stats(lambdas.size() * 2 * sizeof(unsigned long long));
+    dl.upload(lambdas);
+    lse.upload(std::vector<float>(rows + 64, std::nanf("")));
+    check(cudaMemset(stats.get(), 0, stats.bytes()), "memset");
+    PrefillArguments a =
+        prefill_args(b, d, s.causal, Threshold::dense(), KvOrder::kSinkThenReverse);
+    a.lambdas = static_cast<const float*>(dl.get());
+    a.lse = static_cast<float*>(lse.get());
+    a.stats = static_cast<unsigned long long*>(stats.get());
+    EXPECT_EQ(run_prefill(a, nullptr, nullptr), KernelChoice::kSkip);
+    check(cudaDeviceSynchronize(), "prefill");
+    const auto bits = d.out.download<std::uint16_t>(rows * b.dim);
+    const auto gpu_lse = lse.download<float>(rows + 64);
+    for (std::size_t i = rows; i < gpu_lse.size(); ++i) {
+      ASSERT_TRUE(std::isnan(gpu_lse[i])) << what << ": lse written past the batch";
+    }
+
+    ReferenceOptions o;
+    o.lambdas = lambdas;
+    o.tiles = prefill_vote_tiles(b.dim, KvOrder::kSinkThenReverse);
+    std::vector<double> ref(rows * b.dim), ref_lse(rows);
+    o.lse = ref_lse.data();
+    const AttentionStats st = reference_prefill(reference_problem(b, s.causal), o, ref.data());
+    std::vector<double> out(rows * b.dim);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = from_bits(bits[i], b.dtype);
+    EXPECT_LT(rel_l2(out, ref), tolerance(s.dtype)) << what;
+    Result r;
+    r.stats = stats.download<unsigned long long>(lambdas.size() * 2);
+    expect_stats_agree(r, st, what);
+    std::vector<bool> dense_rows(rows, false);
+    for (std::size_t i = 3; i < lambdas.size(); ++i) {
+      EXPECT_EQ(st.sequences[i].tiles_skipped, 0) << what << " sequence " << i;
+      for (std::int64_t r = b.cu_q[i] * b.hq; r < b.cu_q[i + 1] * b.hq; ++r) dense_rows[r] = true;
+    }
+    gpu::expect_lse_close({gpu_lse.begin(), gpu_lse.begin() + rows}, ref_lse, dense_rows, what);
+    // The dense sequences carry the dense kernel's bits.
+    const Result dense = run_gpu(b, s.causal, Threshold::dense(), KvOrder::kSinkThenReverse);
+    const std::size_t from = static_cast<std::size_t>(b.cu_q[3]) * b.hq * b.dim;
+    EXPECT_TRUE(std::equal(bits.begin() + from, bits.end(), dense.bits.begin() + from)) << what;
+  }
 }
 
 TEST(GpuPrefill, SkipKernelAtLambdaZeroIsBitIdenticalToDense) {
