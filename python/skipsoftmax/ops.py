@@ -10,7 +10,14 @@ decisions (and the statistics) are the GPU's.
 
 The thresholds follow the checkpoint keys' contract: ``scale_table`` is ``[[seqlen_bin, S], ...]``
 (lambda = S / L for a sequence of KV length L, exact dense below the first bin or where S >= L),
-``threshold`` a flat lambda in [0, 1); neither runs the dense kernel.
+``threshold`` a flat lambda in [0, 1) or a float32 tensor [B] of one lambda per sequence (read on
+the device at each call, so it may change between CUDA-graph replays; a value outside (0, 1), NaN
+included, runs its sequence dense); neither runs the dense kernel.
+
+``return_lse=True`` adds each row's log-sum-exp: float32, natural log, ln sum_j exp(scale q.k_j)
+over the keys computed (a skipped tile's keys excluded), -inf for a row that sees no key, shaped as
+the output without its head dim. Outputs over disjoint key sets merge exactly with it (split-KV,
+cascades, context parallelism).
 """
 
 from __future__ import annotations
@@ -26,16 +33,22 @@ KV_ORDERS = {"forward": 0, "reverse": 1, "sink_then_reverse": 2}
 _DTYPES = {torch.float16: _capi.FP16, torch.bfloat16: _capi.BF16}
 
 
-def _threshold(scale_table, threshold) -> tuple[list[int], list[float], float]:
-    """(bins, scales, flat lambda) for the ops' schema; the library checks the values."""
+def _threshold(scale_table, threshold, batch: int, device
+               ) -> tuple[list[int], list[float], float, Optional[torch.Tensor]]:
+    """(bins, scales, flat lambda, per-sequence lambdas) for the ops' schema; the library checks
+    the values (those of a lambdas tensor, on the device, are read there)."""
     if scale_table is not None and threshold is not None:
         raise ValueError("give scale_table or threshold, not both")
+    if isinstance(threshold, torch.Tensor):
+        _check("threshold", threshold, 1, torch.float32, device)
+        if threshold.shape[0] != batch or not threshold.is_contiguous():
+            raise ValueError(f"a threshold tensor must be a contiguous float32 [batch] = [{batch}] "
+                             f"tensor, got {tuple(threshold.shape)}")
+        return [], [], 0.0, threshold
     if threshold is not None:
-        if isinstance(threshold, torch.Tensor):
-            raise TypeError("threshold must be a float (a per-request tensor is not supported)")
-        return [], [], float(threshold)
+        return [], [], float(threshold), None
     if scale_table is None:
-        return [], [], 0.0
+        return [], [], 0.0, None
     bins, scales = [], []
     for i, row in enumerate(scale_table):
         if len(row) != 2:
@@ -44,7 +57,7 @@ def _threshold(scale_table, threshold) -> tuple[list[int], list[float], float]:
         scales.append(float(row[1]))
     if not bins:
         raise ValueError("scale_table is empty: pass None for dense attention")
-    return bins, scales, 0.0
+    return bins, scales, 0.0, None
 
 
 def _check(name: str, t: torch.Tensor, ndim: int, dtype=None, device=None) -> None:
@@ -119,7 +132,7 @@ def _run(entry: str, args, device: torch.device, table: _Table) -> int:
 
 
 def _fill_prefill(a, q, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-                  softmax_scale, window, kv_order, stats, num_heads_kv) -> None:
+                  softmax_scale, window, kv_order, lambdas, stats, lse, num_heads_kv) -> None:
     a.dtype = _DTYPES[q.dtype]
     a.head_dim = q.shape[2]
     a.q, a.out = _ptr(q), _ptr(out)
@@ -132,21 +145,21 @@ def _fill_prefill(a, q, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     a.softmax_scale = softmax_scale
     a.window = window
     a.kv_order = kv_order
-    a.stats = _ptr(stats)
+    a.lambdas, a.stats, a.lse = _ptr(lambdas), _ptr(stats), _ptr(lse)
 
 
-@torch.library.custom_op("skipsoftmax::prefill", mutates_args=("stats",))
+@torch.library.custom_op("skipsoftmax::prefill", mutates_args=("stats", "lse"))
 def _prefill_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                 cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
                 softmax_scale: float, window: int, kv_order: int, table_bins: list[int],
-                table_scales: list[float], flat_lambda: float,
-                stats: Optional[torch.Tensor]) -> torch.Tensor:
+                table_scales: list[float], flat_lambda: float, lambdas: Optional[torch.Tensor],
+                stats: Optional[torch.Tensor], lse: Optional[torch.Tensor]) -> torch.Tensor:
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     cu_seqlens_q, cu_seqlens_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
     out = torch.empty_like(q)
     a = _capi.prefill_args()
     _fill_prefill(a, q, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-                  softmax_scale, window, kv_order, stats, k.shape[1])
+                  softmax_scale, window, kv_order, lambdas, stats, lse, k.shape[1])
     a.k, a.v = _ptr(k), _ptr(v)
     a.total_k = k.shape[0]
     _run("skipsoftmax_prefill", a, q.device, _Table(a, table_bins, table_scales, flat_lambda))
@@ -155,17 +168,18 @@ def _prefill_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q:
 
 @_prefill_op.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
-      window, kv_order, table_bins, table_scales, flat_lambda, stats):
+      window, kv_order, table_bins, table_scales, flat_lambda, lambdas, stats, lse):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("skipsoftmax::prefill_paged", mutates_args=("stats",))
+@torch.library.custom_op("skipsoftmax::prefill_paged", mutates_args=("stats", "lse"))
 def _prefill_paged_op(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
                       page_table: torch.Tensor, cu_seqlens_q: torch.Tensor,
                       cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
                       causal: bool, softmax_scale: float, window: int, kv_order: int,
                       table_bins: list[int], table_scales: list[float], flat_lambda: float,
-                      stats: Optional[torch.Tensor]) -> torch.Tensor:
+                      lambdas: Optional[torch.Tensor], stats: Optional[torch.Tensor],
+                      lse: Optional[torch.Tensor]) -> torch.Tensor:
     _check_pool("k_pages", k_pages)
     _check_pool("v_pages", v_pages)
     q, page_table = q.contiguous(), page_table.contiguous()
@@ -173,7 +187,7 @@ def _prefill_paged_op(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Ten
     out = torch.empty_like(q)
     a = _capi.prefill_args()
     _fill_prefill(a, q, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-                  softmax_scale, window, kv_order, stats, k_pages.shape[2])
+                  softmax_scale, window, kv_order, lambdas, stats, lse, k_pages.shape[2])
     a.k_pages, a.v_pages = _ptr(k_pages), _ptr(v_pages)
     a.num_pages, a.page_size = k_pages.shape[0], k_pages.shape[1]
     a.page_table, a.max_pages_per_seq = _ptr(page_table), page_table.shape[1]
@@ -185,16 +199,18 @@ def _prefill_paged_op(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Ten
 
 @_prefill_paged_op.register_fake
 def _(q, k_pages, v_pages, page_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-      causal, softmax_scale, window, kv_order, table_bins, table_scales, flat_lambda, stats):
+      causal, softmax_scale, window, kv_order, table_bins, table_scales, flat_lambda, lambdas,
+      stats, lse):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("skipsoftmax::decode", mutates_args=("stats",))
+@torch.library.custom_op("skipsoftmax::decode", mutates_args=("stats", "lse"))
 def _decode_op(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
                page_table: torch.Tensor, seq_lens: torch.Tensor, max_seq_len: int,
                softmax_scale: float, window: int, table_bins: list[int],
-               table_scales: list[float], flat_lambda: float, num_splits: int,
-               stats: Optional[torch.Tensor]) -> torch.Tensor:
+               table_scales: list[float], flat_lambda: float, lambdas: Optional[torch.Tensor],
+               num_splits: int, stats: Optional[torch.Tensor],
+               lse: Optional[torch.Tensor]) -> torch.Tensor:
     _check_pool("k_pages", k_pages)
     _check_pool("v_pages", v_pages)
     q, page_table, seq_lens = q.contiguous(), page_table.contiguous(), seq_lens.contiguous()
@@ -212,7 +228,7 @@ def _decode_op(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
     a.softmax_scale = softmax_scale
     a.window = window
     a.num_splits = num_splits
-    a.stats = _ptr(stats)
+    a.lambdas, a.stats, a.lse = _ptr(lambdas), _ptr(stats), _ptr(lse)
     table = _Table(a, table_bins, table_scales, flat_lambda)
     if q.device.type == "cuda":
         with torch.cuda.device(q.device):
@@ -228,8 +244,12 @@ def _decode_op(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
 
 @_decode_op.register_fake
 def _(q, k_pages, v_pages, page_table, seq_lens, max_seq_len, softmax_scale, window, table_bins,
-      table_scales, flat_lambda, num_splits, stats):
+      table_scales, flat_lambda, lambdas, num_splits, stats, lse):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+def _lse(shape, device) -> torch.Tensor:
+    return torch.empty(tuple(shape), dtype=torch.float32, device=device)
 
 
 def _max_len(lengths: torch.Tensor) -> int:
@@ -243,10 +263,11 @@ def prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
             max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None,
             page_table: Optional[torch.Tensor] = None,
             causal: bool = True, softmax_scale: Optional[float] = None,
-            window: Optional[int] = None, scale_table=None, threshold: Optional[float] = None,
-            kv_order: str = "sink_then_reverse",
-            stats: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Prefill attention, dense or skip-softmax; returns the output in the layout of q.
+            window: Optional[int] = None, scale_table=None, threshold=None,
+            kv_order: str = "sink_then_reverse", return_lse: bool = False,
+            stats: Optional[torch.Tensor] = None):
+    """Prefill attention, dense or skip-softmax; returns the output in the layout of q, and with
+    return_lse the float32 log-sum-exp per row and head ([B, S, Hq] or [total_q, Hq]).
 
     Layouts (head dim 64, 128 or 256; float16 or bfloat16; GQA where heads_q % heads_kv == 0):
       * batched: q [B, S, Hq, D], k and v [B, Sk, Hkv, D]; no cu_seqlens;
@@ -258,12 +279,12 @@ def prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     max_seqlen_q / max_seqlen_k are the longest query chunk and KV length, exactly; when absent
     they are read from cu_seqlens (a host synchronisation, so pass them under CUDA graphs).
     causal is bottom-right aligned (a chunk's rows see its history). window W: each query sees its
-    last W keys (causal, dense threshold only). stats: int64 [B, 2] that a skip launch adds tiles
-    visited and skipped to, per sequence.
+    last W keys (causal, dense threshold only). threshold: a flat lambda, or a float32 [B] tensor
+    of one lambda per sequence. stats: int64 [B, 2] that a skip launch adds tiles visited and
+    skipped to, per sequence.
     """
     if kv_order not in KV_ORDERS:
         raise ValueError(f"kv_order must be one of {sorted(KV_ORDERS)}, got {kv_order!r}")
-    bins, scales, flat = _threshold(scale_table, threshold)
     scale = 0.0 if softmax_scale is None else float(softmax_scale)
     window = 0 if window is None else int(window)
     device = q.device
@@ -284,10 +305,13 @@ def prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         cu_q = torch.arange(0, (b + 1) * s, s, dtype=torch.int32, device=device)
         cu_k = torch.arange(0, (b + 1) * sk, sk, dtype=torch.int32, device=device)
         _check_stats(stats, b, device)
+        bins, scales, flat, lambdas = _threshold(scale_table, threshold, b, device)
+        lse = _lse((b * s, hq), device) if return_lse else None
         out = _prefill_op(q.reshape(b * s, hq, d), k.reshape(b * sk, k.shape[2], d),
                           v.reshape(b * sk, v.shape[2], d), cu_q, cu_k, s, sk, causal, scale,
-                          window, KV_ORDERS[kv_order], bins, scales, flat, stats)
-        return out.view(b, s, hq, d)
+                          window, KV_ORDERS[kv_order], bins, scales, flat, lambdas, stats, lse)
+        out = out.view(b, s, hq, d)
+        return (out, lse.view(b, s, hq)) if return_lse else out
 
     if cu_seqlens_k is None:
         raise ValueError("cu_seqlens_q needs cu_seqlens_k")
@@ -299,6 +323,8 @@ def prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                          f"{cu_seqlens_k.shape[0]} offsets; both must hold batch + 1")
     batch = cu_seqlens_q.shape[0] - 1
     _check_stats(stats, batch, device)
+    bins, scales, flat, lambdas = _threshold(scale_table, threshold, batch, device)
+    lse = _lse((q.shape[0], q.shape[1]), device) if return_lse else None
     if max_seqlen_q is None:
         max_seqlen_q = _max_len(cu_seqlens_q.diff())
     if max_seqlen_k is None:
@@ -308,9 +334,10 @@ def prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         _check("v", v, 3, device=device)
         _attention_dtype(q, ("k", k), ("v", v))
         _check_kv(q, k, v, ("k", "v"))
-        return _prefill_op(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                           int(max_seqlen_k), causal, scale, window, KV_ORDERS[kv_order], bins,
-                           scales, flat, stats)
+        out = _prefill_op(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                          int(max_seqlen_k), causal, scale, window, KV_ORDERS[kv_order], bins,
+                          scales, flat, lambdas, stats, lse)
+        return (out, lse) if return_lse else out
     _check("k_pages", k, 4, device=device)
     _check("v_pages", v, 4, device=device)
     _check("page_table", page_table, 2, torch.int32, device)
@@ -320,18 +347,20 @@ def prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     _check_pool("v_pages", v)
     if page_table.shape[0] != batch:
         raise ValueError(f"page_table has {page_table.shape[0]} rows, the batch {batch}")
-    return _prefill_paged_op(q, k, v, page_table, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                             int(max_seqlen_k), causal, scale, window, KV_ORDERS[kv_order], bins,
-                             scales, flat, stats)
+    out = _prefill_paged_op(q, k, v, page_table, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                            int(max_seqlen_k), causal, scale, window, KV_ORDERS[kv_order], bins,
+                            scales, flat, lambdas, stats, lse)
+    return (out, lse) if return_lse else out
 
 
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
            page_table: torch.Tensor, seq_lens: torch.Tensor, *,
            max_seq_len: Optional[int] = None, softmax_scale: Optional[float] = None,
-           window: Optional[int] = None, scale_table=None, threshold: Optional[float] = None,
-           num_splits: Optional[int] = None,
-           stats: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Paged decode attention, dense or skip-softmax; returns the output in the layout of q.
+           window: Optional[int] = None, scale_table=None, threshold=None,
+           num_splits: Optional[int] = None, return_lse: bool = False,
+           stats: Optional[torch.Tensor] = None):
+    """Paged decode attention, dense or skip-softmax; returns the output in the layout of q, and
+    with return_lse the float32 log-sum-exp per row and head (the layout of q without D).
 
     q: [B, Hq, D] (one new token per sequence) or [B, q_len, Hq, D] (speculative verification,
     q_len x Hq / Hkv <= 16). k_cache, v_cache: [num_pages, page_size, Hkv, D] pools (page_size a
@@ -341,9 +370,8 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     synchronisation). num_splits: split-KV parts (None: chosen from the arguments and the GPU's
     multiprocessor count, the H100/H200's on a machine without one; fix it under CUDA graphs so
     that the workspace size stays put, and on the CPU to reproduce another GPU's decisions).
-    stats as for prefill.
+    threshold and stats as for prefill.
     """
-    bins, scales, flat = _threshold(scale_table, threshold)
     device = q.device
     one_token = q.dim() == 3
     q4 = q.unsqueeze(1) if one_token else q
@@ -361,10 +389,14 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         raise ValueError(f"page_table rows ({page_table.shape[0]}) and seq_lens "
                          f"({seq_lens.shape[0]}) must match the batch ({batch})")
     _check_stats(stats, batch, device)
+    bins, scales, flat, lambdas = _threshold(scale_table, threshold, batch, device)
+    lse = _lse(q4.shape[:3], device) if return_lse else None
     if max_seq_len is None:
         max_seq_len = _max_len(seq_lens)
     scale = 0.0 if softmax_scale is None else float(softmax_scale)
     out = _decode_op(q4, k_cache, v_cache, page_table, seq_lens, int(max_seq_len), scale,
-                     0 if window is None else int(window), bins, scales, flat,
-                     0 if num_splits is None else int(num_splits), stats)
-    return out.squeeze(1) if one_token else out
+                     0 if window is None else int(window), bins, scales, flat, lambdas,
+                     0 if num_splits is None else int(num_splits), stats, lse)
+    if one_token:
+        out, lse = out.squeeze(1), None if lse is None else lse.squeeze(1)
+    return (out, lse) if return_lse else out

@@ -232,26 +232,108 @@ def test_strided_index_tensors_are_read_as_their_values():
     assert torch.equal(out, dense)
 
 
-def _prefill_args(g):
+def _prefill_args(g, per_sequence):
     q, k, v = (rand(70, h, 64, dtype=torch.bfloat16, g=g) for h in (4, 2, 2))
     cu = torch.tensor([0, 30, 70], dtype=torch.int32)
     stats = torch.zeros(2, 2, dtype=torch.int64)
-    return (q, k, v, cu, cu, 40, 40, True, 0.0, 0, 2, [16], [2.0], 0.0, stats)
+    lse = torch.empty(70, 4)
+    if per_sequence:
+        threshold = ([], [], 0.0, torch.tensor([0.3, 0.0]))
+    else:
+        threshold = ([16], [2.0], 0.0, None)
+    return (q, k, v, cu, cu, 40, 40, True, 0.0, 0, 2, *threshold, stats, lse)
 
 
-def test_opcheck():
+@pytest.mark.parametrize("per_sequence", [False, True])
+def test_opcheck(per_sequence):
     g = gen(8)
-    torch.library.opcheck(torch.ops.skipsoftmax.prefill.default, _prefill_args(g))
+    torch.library.opcheck(torch.ops.skipsoftmax.prefill.default, _prefill_args(g, per_sequence))
     k = rand(70, 2, 64, dtype=torch.bfloat16, g=g)
     kp, vp, table = paged(k, k, [30, 40], 16, g)
-    q, _, _, cu_q, _, *rest = _prefill_args(g)
+    q, _, _, cu_q, _, *rest = _prefill_args(g, per_sequence)
     torch.library.opcheck(torch.ops.skipsoftmax.prefill_paged.default,
                           (q, kp, vp, table, cu_q, torch.tensor([0, 30, 70], dtype=torch.int32),
                            *rest))
     qd = rand(2, 1, 4, 64, dtype=torch.bfloat16, g=g)
+    threshold = rest[-6:-2]
     torch.library.opcheck(torch.ops.skipsoftmax.decode.default,
                           (qd, kp, vp, table, torch.tensor([30, 40], dtype=torch.int32), 40, 0.0,
-                           0, [16], [2.0], 0.0, 0, torch.zeros(2, 2, dtype=torch.int64)))
+                           0, *threshold, 0, torch.zeros(2, 2, dtype=torch.int64),
+                           torch.empty(2, 1, 4)))
+
+
+def reference_lse(q, k, *, causal=True):
+    """Natural log-sum-exp of each row and head in float64, one sequence: [Sq, Hq]."""
+    q, k = q.double(), k.double()
+    sq, hq, d = q.shape
+    sk, hkv = k.shape[:2]
+    s = torch.einsum("qhd,khd->qhk", q, k.repeat_interleave(hq // hkv, 1)) * d ** -0.5
+    if causal:
+        keys = torch.arange(sk)
+        s = s.masked_fill(keys > torch.arange(sq)[:, None, None] + (sk - sq), float("-inf"))
+    return torch.logsumexp(s, -1)
+
+
+def test_lse_is_the_float64_log_sum_exp_and_merges_split_kv():
+    g = gen(13)
+    dtype = torch.bfloat16
+    q, k, v = (rand(1, n, h, 64, dtype=dtype, g=g) for n, h in ((50, 4), (300, 2), (300, 2)))
+    out, lse = skipsoftmax.prefill(q, k, v, return_lse=True)
+    assert lse.shape == (1, 50, 4) and lse.dtype == torch.float32
+    assert (lse[0].double() - reference_lse(q[0], k[0])).abs().max() < 1e-5
+    # Keys [0, 128) and [128, 300) attended apart (non-causal) merge into the whole.
+    whole, lse_whole = skipsoftmax.prefill(q, k, v, causal=False, return_lse=True)
+    a, lse_a = skipsoftmax.prefill(q, k[:, :128], v[:, :128], causal=False, return_lse=True)
+    b, lse_b = skipsoftmax.prefill(q, k[:, 128:], v[:, 128:], causal=False, return_lse=True)
+    merged_lse = torch.logaddexp(lse_a, lse_b)
+    merged = (torch.exp(lse_a - merged_lse)[..., None] * a.float()
+              + torch.exp(lse_b - merged_lse)[..., None] * b.float())
+    assert (merged_lse - lse_whole).abs().max() < 1e-5
+    assert (merged - whole.float()).abs().max() < tolerance(dtype)
+    # Decode: the splits' combine gives the whole row's.
+    lens = [300, 77]
+    kk = torch.cat([k[0], k[0, :77]])
+    kp, vp, table = paged(kk, kk, lens, 32, g)
+    qd = torch.stack([q[0, -1], q[0, 5]])
+    for splits in (1, 3):
+        _, lse_d = skipsoftmax.decode(qd, kp, vp, table, torch.tensor(lens, dtype=torch.int32),
+                                      num_splits=splits, return_lse=True)
+        assert lse_d.shape == (2, 4)
+        for i, n in enumerate(lens):
+            ref = reference_lse(qd[i:i + 1], kk[:n] if i == 0 else kk[300:300 + n])
+            assert (lse_d[i].double() - ref[0]).abs().max() < 1e-5
+
+
+def test_a_threshold_tensor_gives_each_sequence_its_lambda():
+    g = gen(14)
+    dtype = torch.bfloat16
+    qs, ks, vs = zip(*(sink_shaped(n, 4, 2, 64, dtype, generator=g) for n in (1500, 900, 700)))
+    cu = torch.tensor([0, 1500, 2400, 3100], dtype=torch.int32)
+    q, k, v = torch.cat(qs), torch.cat(ks), torch.cat(vs)
+    lambdas = torch.tensor([0.01, 0.0, float("nan")])
+    stats = torch.zeros(3, 2, dtype=torch.int64)
+    out = skipsoftmax.prefill(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, threshold=lambdas,
+                              stats=stats)
+    assert stats[0, 1] > 0 and stats[1:, 1].sum() == 0
+    for i, lam in enumerate(lambdas.tolist()):
+        alone = skipsoftmax.prefill(qs[i][None], ks[i][None], vs[i][None],
+                                    threshold=lam if i == 0 else None)
+        assert torch.equal(out[cu[i]:cu[i + 1]], alone[0])
+    # Decode takes the same tensor: one lambda per request.
+    lens = [1500, 900]
+    kp, vp, table = paged(torch.cat(ks[:2]), torch.cat(vs[:2]), lens, 64, g)
+    qd = torch.stack([qs[0][-1], qs[1][-1]])
+    dstats = torch.zeros(2, 2, dtype=torch.int64)
+    skipsoftmax.decode(qd, kp, vp, table, torch.tensor(lens, dtype=torch.int32),
+                       threshold=torch.tensor([0.0, 0.05]), stats=dstats)
+    assert dstats[0, 1] == 0 and dstats[1, 1] > 0
+    with pytest.raises(ValueError, match=r"float32 \[batch\] = \[3\]"):
+        skipsoftmax.prefill(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, threshold=lambdas[:2])
+    with pytest.raises(TypeError, match="threshold must be torch.float32"):
+        skipsoftmax.prefill(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, threshold=lambdas.double())
+    with pytest.raises(ValueError, match="not both"):
+        skipsoftmax.prefill(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, threshold=lambdas,
+                            scale_table=[[1, 1.0]])
 
 
 def test_compiles_without_graph_breaks():
@@ -315,3 +397,37 @@ def test_gpu_decode_in_a_cuda_graph_replays_new_inputs():
                                scale_table=[[2048, 3.0]])
     assert torch.equal(out, eager)
     assert stats[0, 1].item() > 0
+
+
+@requires_hopper
+def test_gpu_lse_and_per_request_lambdas_replay_in_a_cuda_graph():
+    g = gen(15)
+    dtype = torch.bfloat16
+    q_all, k, v = sink_shaped(4096, 8, 2, 128, dtype, generator=g)
+    kp, vp, table = paged(torch.cat([k, k]), torch.cat([v, v]), [4096, 4096], 64, g)
+    kp, vp, table = kp.cuda(), vp.cuda(), table.cuda()
+    lens = torch.tensor([4096, 4096], dtype=torch.int32, device="cuda")
+    q = q_all[-2:].cuda().clone()
+    lambdas = torch.tensor([0.0, 0.0], device="cuda")
+    stats = torch.zeros(2, 2, dtype=torch.int64, device="cuda")
+    call = lambda: skipsoftmax.decode(q, kp, vp, table, lens, max_seq_len=4096, num_splits=4,
+                                      threshold=lambdas, stats=stats, return_lse=True)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = call()
+    for new in ([0.0, 0.0], [0.02, 0.0], [0.0, 0.02]):
+        lambdas.copy_(torch.tensor(new))
+        stats.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert [s > 0 for s in stats[:, 1].tolist()] == [x > 0 for x in new]
+        cpu_out, cpu_lse = skipsoftmax.decode(q.cpu(), kp.cpu(), vp.cpu(), table.cpu(), lens.cpu(),
+                                              num_splits=4, threshold=lambdas.cpu(),
+                                              return_lse=True)
+        assert (out.cpu().double() - cpu_out.double()).abs().max() < 2 * tolerance(dtype)
+        assert (lse.cpu() - cpu_lse).abs().max() < 1e-3
