@@ -331,10 +331,22 @@ CalibrationResult run_calibration(const CalibrationSettings& s, const ModelConfi
 nlohmann::ordered_json calibration_updates(const CalibrationSettings& s,
                                            const CalibrationResult& result) {
   nlohmann::ordered_json updates = nlohmann::ordered_json::object();
+  PerPhase<std::optional<modelopt::Curve>> curves;
+  PerPhase<std::optional<double>> targets;
   for (const PhaseResult& r : result.phases) {
     nlohmann::ordered_json u = skip_key_updates(r.fit, r.advice);
     u[shape_advice_key(r.fit.phase)]["calibrated_max_seqlen"] = s.max_seqlen;
     updates.update(u);
+    if (const std::optional<modelopt::Fit> f = modelopt_fit(r.fit)) {
+      curves[r.fit.phase] = f->curve;
+      targets[r.fit.phase] = r.fit.deployed_target;
+    }
+  }
+  // The same calibration in ModelOpt's form, for TensorRT-LLM and vLLM: one S per target at every
+  // length (the tables' rows pooled), where the engine reads the per-length tables.
+  if (curves.prefill || curves.decode) {
+    updates[std::string(modelopt::kBlockKey)] =
+        modelopt::block_json(curves, targets, SKIPSOFTMAX_VERSION);
   }
   return updates;
 }
@@ -401,6 +413,15 @@ std::string calibration_summary(const CalibrationSettings& s, const CalibrationR
     }
     out << (a.on ? " < " : " >= ") << a.mass_ratio_limit << ")\n";
     if (!a.on) out << "warning: " << phase << " skipping is advised OFF: " << a.reason << '\n';
+    if (const std::optional<modelopt::Fit> f = modelopt_fit(r.fit)) {
+      out << phase << " in " << modelopt::kBlockKey << ": S = a * exp(b * t), a "
+          << std::setprecision(6) << f->curve.a << ", b " << f->curve.b << " (R^2 "
+          << std::setprecision(3) << f->r_squared << " in log S over " << f->points
+          << " table rows; one S for every length)\n";
+    } else {
+      out << phase << " is left out of " << modelopt::kBlockKey
+          << ": fewer than two tiers reach a bin, so no curve over the target\n";
+    }
   }
   out << "\nnote: the tables cover KV lengths up to " << s.max_seqlen
       << "; beyond it the last row's S applies unvalidated (calibration does not "

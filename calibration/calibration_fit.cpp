@@ -166,4 +166,13 @@ nlohmann::ordered_json skip_key_updates(const PhaseFit& fit, const ShapeAdvice& 
   return updates;
 }
 
+std::optional<modelopt::Fit> modelopt_fit(const PhaseFit& fit) {
+  std::vector<std::pair<double, double>> points;
+  for (const TierFit& tier : fit.tiers) {
+    const ScaleTable table = tier.table();  // alive while its rows are read
+    for (const ScaleTableRow& row : table.rows()) points.emplace_back(tier.target, row.scale);
+  }
+  return modelopt::fit_curve(points);
+}
+
 }  // namespace skipsoftmax

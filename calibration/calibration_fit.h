@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "calibration.h"
+#include "modelopt.h"
 #include "skipsoftmax/config.h"
 #include "skipsoftmax/threshold.h"
 
@@ -61,6 +62,10 @@ struct PhaseFit {
 
 // The ladder, plus `target` when given (then deployed), else kDefaultTarget deployed.
 PhaseFit fit_phase(Phase phase, const std::vector<BinPool>& pools, std::optional<double> target);
+
+// ModelOpt's length-free curve S = a * exp(b * t) fitted to the ladder: every reached row of
+// every tier is a point (tier target, S). nullopt when fewer than two tiers reach a bin.
+std::optional<modelopt::Fit> modelopt_fit(const PhaseFit& fit);
 
 // One request (calibration sample) of a phase, its tiles pooled over the global layers.
 struct RequestPool {

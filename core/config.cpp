@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "file_io.h"
+#include "modelopt.h"
 #include "table_json.h"
 
 namespace skipsoftmax {
@@ -47,6 +48,25 @@ std::optional<double> parse_number(std::string_view text) {
 }
 
 // Shortest text that reads back as the same double.
+ModelOptConfig read_modelopt(const ordered_json& value, const std::string& context) {
+  modelopt::LlmBlock block;
+  try {
+    block = modelopt::read_llm_block(nlohmann::json::parse(value.dump()));
+  } catch (const std::invalid_argument& e) {
+    throw error_in(context, e.what());
+  }
+  ModelOptConfig out;
+  for (Phase phase : kPhases) {
+    if (block.curves[phase]) {
+      out.phases[phase] =
+          ModelOptPhase{block.curves[phase]->a, block.curves[phase]->b, block.targets[phase]};
+    }
+  }
+  out.ignore = std::move(block.ignore);
+  out.notes = std::move(block.notes);
+  return out;
+}
+
 std::string format_number(double value) {
   char buf[32];
   const auto [stop, ec] = std::to_chars(buf, buf + sizeof buf, value);
@@ -168,8 +188,25 @@ const Tier& tier_or_throw(const CheckpointPhase& checkpoint, double sparsity,
   return *tier;
 }
 
+// The phase's ModelOpt curve at target t, as the one-row table [[1, S]]: lambda = S / L, dense
+// where S >= L, as TensorRT-LLM applies it.
+ResolvedPhase modelopt_choice(Phase phase, const ModelOptPhase& curve, double t,
+                              const std::string& asked_by) {
+  const double s = curve.a * std::exp(curve.b * t);
+  std::ostringstream source;
+  source << asked_by << " on " << kModelOptKey << " " << to_string(phase)
+         << " a * exp(b * t) = " << format_number(s) << " at t = " << format_percent(t);
+  try {
+    return {Threshold::table(ScaleTable({{1, s}})), source.str()};
+  } catch (const std::invalid_argument& e) {
+    throw error_in(std::string(kModelOptKey), e.what());
+  }
+}
+
 // Level 3: what the checkpoint deploys by itself.
-ResolvedPhase checkpoint_choice(Phase phase, const CheckpointPhase& checkpoint) {
+ResolvedPhase checkpoint_choice(Phase phase, const CheckpointConfig& config,
+                                std::vector<std::string>& notes) {
+  const CheckpointPhase& checkpoint = config.phases[phase];
   if (checkpoint.target_sparsity) {
     const Tier& tier = tier_or_throw(checkpoint, *checkpoint.target_sparsity,
                                      "checkpoint " + target_sparsity_key(phase), phase);
@@ -178,11 +215,22 @@ ResolvedPhase checkpoint_choice(Phase phase, const CheckpointPhase& checkpoint) 
   if (checkpoint.scale_table) {
     return {Threshold::table(*checkpoint.scale_table), "checkpoint " + scale_table_key(phase)};
   }
+  const std::optional<ModelOptPhase>& curve =
+      config.modelopt ? config.modelopt->phases[phase] : std::nullopt;
+  if (curve && curve->target_sparsity) {
+    return modelopt_choice(phase, *curve, *curve->target_sparsity, "checkpoint target");
+  }
+  if (curve) {
+    notes.push_back(std::string(kModelOptKey) + " has a " + to_string(phase) +
+                    " curve but no target_sparsity for it: " + to_string(phase) +
+                    " stays dense (pass " + target_sparsity_flag(phase) + ")");
+  }
   return {Threshold::dense(), "dense (no table)"};
 }
 
-ResolvedPhase resolve_phase(Phase phase, const PhaseFlags& flags, const CheckpointPhase& checkpoint,
+ResolvedPhase resolve_phase(Phase phase, const PhaseFlags& flags, const CheckpointConfig& config,
                             std::vector<std::string>& notes) {
+  const CheckpointPhase& checkpoint = config.phases[phase];
   std::optional<double> asked_sparsity;
   std::string asked_by;
   if (flags.target_sparsity) {
@@ -199,11 +247,17 @@ ResolvedPhase resolve_phase(Phase phase, const PhaseFlags& flags, const Checkpoi
     return *chosen;
   }
   if (asked_sparsity) {
+    // Tiers first; a checkpoint without any reads ModelOpt's curve at the asked sparsity.
+    const std::optional<ModelOptPhase>& curve =
+        config.modelopt ? config.modelopt->phases[phase] : std::nullopt;
+    if (checkpoint.tiers.empty() && curve) {
+      return modelopt_choice(phase, *curve, *asked_sparsity, "flag " + asked_by);
+    }
     const Tier& tier = tier_or_throw(checkpoint, *asked_sparsity, asked_by, phase);
     return {Threshold::table(tier.table),
             "flag " + asked_by + " (checkpoint tier " + tier.key + ")"};
   }
-  return checkpoint_choice(phase, checkpoint);
+  return checkpoint_choice(phase, config, notes);
 }
 
 fs::path config_path(const fs::path& dir, const char* what) {
@@ -365,6 +419,7 @@ CheckpointConfig parse_checkpoint_config(std::string_view json_text, const std::
   for (const auto& item : j.items()) {
     const std::string& key = item.key();
     if (!key.starts_with(kSkipKeyPrefix)) {
+      if (key == kModelOptKey) config.modelopt = read_modelopt(item.value(), context);
       model[key] = item.value();
     } else if (key == kShapeAdviceKey) {
       config.shape_advice_json = item.value().dump();
@@ -391,9 +446,10 @@ std::string merge_skip_keys(std::string_view config_json, std::string_view updat
   const ordered_json updates = parse_json_object(updates_json, "skip key updates");
   for (const auto& item : updates.items()) {
     const std::string& key = item.key();
-    if (!key.starts_with(kSkipKeyPrefix)) {
+    if (!key.starts_with(kSkipKeyPrefix) && key != kModelOptKey) {
       throw error_in("skip key updates",
-                     key + " does not start with " + std::string(kSkipKeyPrefix) +
+                     key + " does not start with " + std::string(kSkipKeyPrefix) + " and is not " +
+                         std::string(kModelOptKey) +
                          "; only skip keys of a checkpoint config are rewritten");
     }
     if (item.value().is_null()) {
@@ -421,7 +477,18 @@ TableFlag load_table_flag(const std::string& arg) {
 ExportPlan plan_export(const CheckpointConfig& checkpoint, const PerPhase<PhaseFlags>& flags) {
   ExportPlan plan;
   for (Phase phase : kPhases) {
-    plan.phases[phase] = resolve_phase(phase, flags[phase], checkpoint.phases[phase], plan.notes);
+    plan.phases[phase] = resolve_phase(phase, flags[phase], checkpoint, plan.notes);
+  }
+  if (checkpoint.modelopt) {
+    for (const std::string& note : checkpoint.modelopt->notes) plan.notes.push_back(note);
+    if (!checkpoint.modelopt->ignore.empty()) {
+      std::string list;
+      for (const std::string& p : checkpoint.modelopt->ignore)
+        list += (list.empty() ? "" : ", ") + p;
+      plan.notes.push_back(std::string(kModelOptKey) + " ignore patterns (" + list +
+                           ") are not applied: the engine runs one threshold per phase on every "
+                           "global attention layer");
+    }
   }
   for (const std::string& key : checkpoint.unknown_skip_keys) {
     plan.notes.push_back("checkpoint key " + key + " is not read by export");

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "file_io.h"
+#include "modelopt.h"
 #include "skipsoftmax/schedule.h"
 
 namespace skipsoftmax {
@@ -21,23 +22,12 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr const char* kBlockKey = "sparse_attention_config";
-constexpr const char* kSupportedFormula = "a * exp(b * target_sparsity)";
+using modelopt::kBlockKey;
+using Calibration = modelopt::Curve;  // scale factor F = a * exp(b * target_sparsity)
 
 std::invalid_argument error_in(const std::string& where, const std::string& what) {
   return std::invalid_argument(where + ": " + what);
 }
-
-std::string without_spaces(std::string s) {
-  s.erase(std::remove_if(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); }),
-          s.end());
-  return s;
-}
-
-struct Calibration {
-  double a = 0.0;  // scale factor F = a * exp(b * target_sparsity)
-  double b = 0.0;
-};
 
 // What the block contributes: the calibrated curve (if any), the ignore patterns, notes.
 struct BlockContents {
@@ -46,38 +36,9 @@ struct BlockContents {
   std::vector<std::string> notes;
 };
 
-double finite_number(const json& parent, const char* key, const std::string& where) {
-  if (!parent.contains(key) || !parent.at(key).is_number()) {
-    throw error_in(where + "." + key, "missing or not a number");
-  }
-  const double value = parent.at(key).get<double>();
-  if (!std::isfinite(value)) throw error_in(where + "." + key, "must be finite");
-  return value;
-}
-
-Calibration read_coefficients(const json& c, const std::string& where) {
-  if (!c.is_object()) throw error_in(where, "expected {\"a\": ..., \"b\": ...}");
-  const Calibration cal{finite_number(c, "a", where), finite_number(c, "b", where)};
-  if (cal.a <= 0.0) throw error_in(where + ".a", "must be > 0 (the scale factor at sparsity 0)");
-  return cal;
-}
-
 Calibration read_calibration(const json& tsf, const std::string& where,
                              std::vector<std::string>& notes) {
-  if (!tsf.is_object()) {
-    throw error_in(where, "expected {\"formula\": \"" + std::string(kSupportedFormula) +
-                              "\", \"coefficients\": {\"a\": ..., \"b\": ...}}, got " +
-                              tsf.type_name());
-  }
-  if (!tsf.contains("formula") || !tsf.at("formula").is_string()) {
-    throw error_in(where + ".formula",
-                   "missing; expected \"" + std::string(kSupportedFormula) + "\"");
-  }
-  const std::string formula = tsf.at("formula").get<std::string>();
-  if (without_spaces(formula) != without_spaces(kSupportedFormula)) {
-    throw error_in(where + ".formula",
-                   "\"" + formula + "\" is not supported; only \"" + kSupportedFormula + "\" is");
-  }
+  modelopt::check_formula(tsf, where);
   const bool has_coefficients = tsf.contains("coefficients");
   const bool has_prefill = tsf.contains("prefill");
   if (has_coefficients == has_prefill) {
@@ -87,17 +48,7 @@ Calibration read_calibration(const json& tsf, const std::string& where,
     notes.push_back(where + ".decode is not read: diffusion attention has no decode phase");
   }
   const char* key = has_coefficients ? "coefficients" : "prefill";
-  return read_coefficients(tsf.at(key), where + "." + key);
-}
-
-std::vector<std::string> read_patterns(const json& ignore, const std::string& where) {
-  if (!ignore.is_array()) throw error_in(where, "expected an array of fnmatch patterns");
-  std::vector<std::string> patterns;
-  for (const json& p : ignore) {
-    if (!p.is_string()) throw error_in(where, "pattern " + p.dump() + " is not a string");
-    patterns.push_back(p.get<std::string>());
-  }
-  return patterns;
+  return modelopt::read_curve(tsf.at(key), where + "." + key);
 }
 
 void note_unread_keys(const json& body, const std::string& where, BlockContents& contents) {
@@ -113,55 +64,24 @@ void note_unread_keys(const json& body, const std::string& where, BlockContents&
   }
 }
 
-// The fields of a skip_softmax configuration, at the top level or inside a group.
-void read_skip_body(const json& body, const std::string& where, BlockContents& contents) {
+BlockContents read_block(const json& block) {
+  BlockContents contents;
+  // The block's own top-level keys beside config_groups first (ModelOpt writes none of them),
+  // then the groups that are not read, then the skip_softmax group's.
+  if (block.is_object() && block.contains("config_groups")) {
+    note_unread_keys(block, kBlockKey, contents);
+  }
+  const modelopt::SkipBody skip = modelopt::find_skip_body(block, contents.notes);
+  if (skip.body == nullptr) return contents;
+  const json& body = *skip.body;
   if (body.contains("threshold_scale_factor")) {
     contents.calibration = read_calibration(body.at("threshold_scale_factor"),
-                                            where + ".threshold_scale_factor", contents.notes);
+                                            skip.where + ".threshold_scale_factor", contents.notes);
   }
-  if (body.contains("ignore"))
-    contents.ignore = read_patterns(body.at("ignore"), where + ".ignore");
-  note_unread_keys(body, where, contents);
-}
-
-BlockContents read_block(const json& block) {
-  const std::string root = kBlockKey;
-  if (!block.is_object()) {
-    throw error_in(root, "expected an object, got " + std::string(block.type_name()));
+  if (body.contains("ignore")) {
+    contents.ignore = modelopt::read_patterns(body.at("ignore"), skip.where + ".ignore");
   }
-  BlockContents contents;
-  if (!block.contains("config_groups")) {
-    read_skip_body(block, root, contents);
-    return contents;
-  }
-  for (const char* key : {"threshold_scale_factor", "ignore"}) {
-    if (block.contains(key)) {
-      throw error_in(root, std::string(key) +
-                               " beside config_groups mixes the two schemas; move "
-                               "it into the skip_softmax group");
-    }
-  }
-  note_unread_keys(block, root, contents);
-  const std::string groups_where = root + ".config_groups";
-  const json& groups = block.at("config_groups");
-  if (!groups.is_object()) throw error_in(groups_where, "expected an object of groups");
-  std::string chosen;
-  for (const auto& item : groups.items()) {
-    const std::string where = groups_where + "." + item.key();
-    if (!item.value().is_object()) throw error_in(where, "expected an object");
-    const json algorithm = item.value().value("algorithm", json());
-    if (algorithm != "skip_softmax") {
-      contents.notes.push_back(where + " (algorithm " + algorithm.dump() +
-                               ") is not a skip_softmax group and is not read");
-      continue;
-    }
-    if (!chosen.empty()) {
-      throw error_in(groups_where, "two skip_softmax groups, " + chosen + " and " + item.key());
-    }
-    chosen = item.key();
-    read_skip_body(item.value(), where, contents);
-  }
-  if (chosen.empty()) contents.notes.push_back(groups_where + " has no skip_softmax group");
+  note_unread_keys(body, skip.where, contents);
   return contents;
 }
 

@@ -162,6 +162,17 @@ TEST_F(Calibrate, PoolsGlobalLayersAndFitsBothPhases) {
     EXPECT_TRUE(u.contains(key)) << key;
   }
   EXPECT_EQ(u["skip_softmax_prefill_shape_advice"]["calibrated_max_seqlen"], 768);
+  // The same calibration in ModelOpt's form: a phase whose ladder gives a curve is in the block
+  // with its deployed target (these short prompts reach one tier in prefill, two in decode).
+  const auto& group = u.at("sparse_attention_config").at("config_groups").at("group_0");
+  EXPECT_EQ(group.at("algorithm"), "skip_softmax");
+  for (const char* phase : {"prefill", "decode"}) {
+    const auto fit = modelopt_fit(r.phases[phase[0] == 'p' ? 0 : 1].fit);
+    EXPECT_EQ(group.at("threshold_scale_factor").contains(phase), fit.has_value()) << phase;
+    if (!fit) continue;
+    EXPECT_EQ(group.at("threshold_scale_factor").at(phase).at("a"), fit->curve.a) << phase;
+    EXPECT_EQ(group.at("target_sparsity").at(phase), 0.75) << phase;
+  }
   const std::string summary = calibration_summary(settings_, r);
   EXPECT_NE(summary.find("sliding-window layers never skip and are not pooled: 1"),
             std::string::npos)

@@ -169,6 +169,33 @@ ShapeAdvice advice_for(const SyntheticSpec& shape) {
   return advise_shape(requests, tier.table(), 0.3);
 }
 
+// ModelOpt's curve over the ladder: every reached row is a point (target, S); an unreachable bin
+// adds none, and a ladder reaching one tier gives no curve.
+TEST(CalibrationFit, ModelOptCurvePoolsTheLaddersRows) {
+  const auto bin_fit = [](std::int64_t bin, std::optional<double> scale) {
+    BinFit b;
+    b.bin = bin;
+    b.scale = scale;
+    return b;
+  };
+  PhaseFit fit;
+  for (const double t : {0.5, 0.75}) {
+    TierFit tier;
+    tier.target = t;
+    const double s = 10.0 * std::exp(4.0 * t);
+    tier.bins = {bin_fit(4096, s), bin_fit(6144, 1.2 * s)};
+    fit.tiers.push_back(tier);
+  }
+  fit.tiers.back().bins.push_back(bin_fit(8192, std::nullopt));
+  const std::optional<modelopt::Fit> f = modelopt_fit(fit);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->points, 4);
+  EXPECT_NEAR(f->curve.b, 4.0, 1e-12);  // both bins move by the same factor
+  EXPECT_NEAR(f->curve.a, 10.0 * std::sqrt(1.2), 1e-9);
+  fit.tiers.pop_back();
+  EXPECT_FALSE(modelopt_fit(fit));
+}
+
 TEST(CalibrationFit, AdvisorSaysOnForAShapedAndOffForFlatAttention) {
   const ShapeAdvice a_shaped = advice_for({});  // sink, local band, quiet far field
   EXPECT_TRUE(a_shaped.on) << a_shaped.to_json().dump();

@@ -185,15 +185,15 @@ TEST(DiffusionConfig, IgnorePatternsUseFnmatchClasses) {
 TEST(DiffusionConfig, UnreadBlockKeysAreNoted) {
   const DiffusionSkipConfig c = resolve(kGroups, lambda(0.1));
   const std::vector<std::string> expected = {
+      "sparse_attention_config.config_groups.group_1 (algorithm \"nvfp4\") is not a skip_softmax "
+      "group and is not read",
       "sparse_attention_config.config_groups.group_0.target_sparsity = 0.5 is not read: the "
       "request supplies target_sparsity",
       "sparse_attention_config.config_groups.group_0.disabled_until_timestep = 0.9 is not read: "
       "the "
       "request supplies disabled_until_timestep",
       "sparse_attention_config.config_groups.group_0.targets is not read: every attention module "
-      "that no ignore pattern matches may skip",
-      "sparse_attention_config.config_groups.group_1 (algorithm \"nvfp4\") is not a skip_softmax "
-      "group and is not read"};
+      "that no ignore pattern matches may skip"};
   EXPECT_EQ(c.notes(), expected);
   const DiffusionSkipConfig root = resolve(R"({"config_groups": {}, "target_sparsity": 0.4})", {});
   EXPECT_EQ(root.notes()[0],

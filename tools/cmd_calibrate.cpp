@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "file_io.h"
 #include "gguf.h"
+#include "modelopt.h"
 #include "npy.h"
 #include "skipsoftmax/config.h"
 #include "skipsoftmax/decode.h"
@@ -116,10 +117,17 @@ void write_samples(const fs::path& dir, const CalibrationSettings& s, RulerCorpu
   std::cout << "wrote " << list.size() << " prompts to " << dir.string() << '\n';
 }
 
-void write_config(const fs::path& dir, const nlohmann::ordered_json& updates) {
+// The checkpoint's config.json with this run's keys; a ModelOpt block already there keeps its
+// groups of other algorithms (only its skip_softmax group is replaced).
+void write_config(const fs::path& dir, nlohmann::ordered_json updates) {
   const fs::path path = dir / kConfigFileName;
   std::error_code ec;
   if (fs::exists(path, ec)) {
+    const auto existing = nlohmann::ordered_json::parse(read_json_text(path));
+    const std::string key = modelopt::kBlockKey;
+    if (updates.contains(key) && existing.contains(key)) {
+      updates[key] = modelopt::keep_other_groups(updates[key], existing.at(key));
+    }
     update_checkpoint_skip_keys(dir, updates.dump());
     return;
   }

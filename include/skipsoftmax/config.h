@@ -100,8 +100,28 @@ struct CheckpointPhase {
   std::string tier_list() const;
 };
 
+// ModelOpt's sparse_attention_config, the block TensorRT-LLM and vLLM read (its skip_softmax
+// group): per phase the curve S = a * exp(b * t) from a target sparsity t to the scale factor
+// (lambda = S / L at every length), the target it names, and fnmatch patterns of attention
+// modules it keeps dense. `skipsoftmax calibrate` writes it beside the per-length tables.
+struct ModelOptPhase {
+  double a = 0.0;
+  double b = 0.0;
+  std::optional<double> target_sparsity;
+};
+struct ModelOptConfig {
+  PerPhase<std::optional<ModelOptPhase>> phases;
+  std::vector<std::string> ignore;
+  std::vector<std::string> notes;  // parts of the block not read (groups of other algorithms)
+};
+
+// The key of that block in a checkpoint config.
+inline constexpr std::string_view kModelOptKey = "sparse_attention_config";
+
 struct CheckpointConfig {
   PerPhase<CheckpointPhase> phases;
+  // Read when the checkpoint has the block; export falls back to it for a phase without tables.
+  std::optional<ModelOptConfig> modelopt;
   std::optional<std::string> shape_advice_json;  // prefill; informational, never read by export
   std::optional<std::string> decode_shape_advice_json;  // the same for decode
   std::optional<std::string> price_list_json;           // skip_softmax_price_list
@@ -115,9 +135,10 @@ CheckpointConfig parse_checkpoint_config(std::string_view json_text, const std::
 // Reads <checkpoint_dir>/config.json.
 CheckpointConfig load_checkpoint_config(const std::filesystem::path& checkpoint_dir);
 
-// Applies `updates_json`, an object of skip_softmax_* keys (null removes a key), to a checkpoint
-// config and returns the new text. Every other key and the key order are kept. Throws if an
-// update key does not start with skip_softmax_ or if the result is not a valid checkpoint config.
+// Applies `updates_json`, an object of skip_softmax_* keys and sparse_attention_config (null
+// removes a key), to a checkpoint config and returns the new text. Every other key and the key
+// order are kept. Throws for any other update key or if the result is not a valid checkpoint
+// config.
 std::string merge_skip_keys(std::string_view config_json, std::string_view updates_json,
                             const std::string& context);
 // The same on <checkpoint_dir>/config.json, rewritten atomically.
