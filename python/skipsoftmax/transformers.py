@@ -9,7 +9,10 @@
 
 The thresholds come from the model's config.json, the keys the C++ engine reads:
 ``skip_softmax_prefill_scale_table`` and ``skip_softmax_decode_scale_table`` (``[[seqlen_bin,
-S], ...]``; absent or null: dense). Steps with several new tokens per sequence (prefill, chunked
+S], ...]``; absent or null: dense). A phase without its key reads ModelOpt's
+``sparse_attention_config`` (its skip_softmax group, as TensorRT-LLM does): S = a * exp(b * t) at
+the block's target sparsity t for that phase, lambda = S / L at every length, and the attention
+modules its ``ignore`` patterns match (``model.layers.<i>.self_attn``) stay dense. Steps with several new tokens per sequence (prefill, chunked
 prefill) take the prefill table and the prefill kernel; steps of one new token take the decode
 table and the paged decode kernel. Sliding-window layers (Gemma's local layers) stay dense.
 
@@ -24,6 +27,8 @@ NotImplementedError.
 
 from __future__ import annotations
 
+import fnmatch
+import math
 from typing import Optional
 
 import torch
@@ -67,6 +72,69 @@ def _table(config, key: str):
     return [tuple(row) for row in table]
 
 
+MODELOPT_KEY = "sparse_attention_config"
+_MODELOPT_FORMULA = "a*exp(b*target_sparsity)"
+
+
+def _modelopt_curves(block) -> tuple[dict, list]:
+    """{phase: S at the block's target} and the ignore patterns of a ModelOpt block (the
+    skip_softmax group of config_groups, or the fields at the top level)."""
+    where = MODELOPT_KEY
+    if not isinstance(block, dict):
+        raise ValueError(f"config {where} must be an object, got {type(block).__name__}")
+    body = block
+    if "config_groups" in block:
+        groups = [(name, g) for name, g in block["config_groups"].items()
+                  if isinstance(g, dict) and g.get("algorithm") == "skip_softmax"]
+        if len(groups) > 1:
+            raise ValueError(f"config {where}: two skip_softmax groups")
+        if not groups:
+            return {}, []
+        name, body = groups[0]
+        where = f"{where}.config_groups.{name}"
+    scales = {}
+    tsf = body.get("threshold_scale_factor")
+    if tsf is not None:
+        if not isinstance(tsf, dict) or "".join(str(tsf.get("formula")).split()) != \
+                _MODELOPT_FORMULA:
+            raise ValueError(f"config {where}.threshold_scale_factor: the formula must be "
+                             f"a * exp(b * target_sparsity)")
+        targets = body.get("target_sparsity")
+        for phase in PHASES:
+            curve = tsf.get(phase, tsf.get("coefficients"))
+            target = targets.get(phase) if isinstance(targets, dict) else targets
+            if curve is None or target is None:
+                continue
+            a, b, t = float(curve["a"]), float(curve["b"]), float(target)
+            if not (a > 0 and math.isfinite(b) and 0 <= t <= 1):
+                raise ValueError(f"config {where}: {phase} needs a > 0, a finite b and a target "
+                                 f"in [0, 1], got a={a}, b={b}, target={t}")
+            scales[phase] = a * math.exp(b * t)
+    ignore = body.get("ignore", [])
+    if not isinstance(ignore, list) or not all(isinstance(p, str) for p in ignore):
+        raise ValueError(f"config {where}.ignore must be a list of fnmatch patterns")
+    return scales, ignore
+
+
+def _ignored(patterns: list, layer) -> bool:
+    names = [f"model.layers.{layer}.self_attn", f"layers.{layer}.self_attn",
+             f"model.layers.{layer}.attention", f"layers.{layer}.attention"]
+    return any(fnmatch.fnmatchcase(n, p) for p in patterns for n in names)
+
+
+def _tables(config, layer) -> tuple:
+    """(prefill table, decode table) of a layer: the engine's keys, else the ModelOpt block."""
+    own = (_table(config, PREFILL_TABLE_KEY), _table(config, DECODE_TABLE_KEY))
+    block = getattr(config, MODELOPT_KEY, None)
+    if block is None or all(t is not None for t in own):
+        return own
+    scales, ignore = _modelopt_curves(block)
+    if _ignored(ignore, layer):
+        return own
+    return tuple(t if t is not None else ([(1, scales[ph])] if ph in scales else None)
+                 for t, ph in zip(own, PHASES))
+
+
 def _add_stats(module: torch.nn.Module, phase: int, per_sequence: torch.Tensor) -> None:
     buf = getattr(module, "_skipsoftmax_stats", None)
     if buf is None or buf.device != per_sequence.device:
@@ -96,8 +164,8 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     config = getattr(module, "config", None)
     window = int(sliding_window) if sliding_window else None
-    prefill_table = None if window else _table(config, PREFILL_TABLE_KEY)
-    decode_table = None if window else _table(config, DECODE_TABLE_KEY)
+    prefill_table, decode_table = (None, None) if window else \
+        _tables(config, getattr(module, "layer_idx", None))
 
     q = query.transpose(1, 2)  # [B, Sq, Hq, D]
     k = key.transpose(1, 2)    # [B, Sk, Hkv, D]

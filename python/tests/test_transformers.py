@@ -78,6 +78,38 @@ def test_from_pretrained_reads_the_tables_and_counts_tiles(tmp_path):
     assert all(v == (0, 0) for layer in sst.tile_stats(loaded).values() for v in layer.values())
 
 
+def test_a_modelopt_block_gives_the_phases_their_curves_and_ignores_layers():
+    # ModelOpt 0.46's block: S = a * exp(b * t) at each phase's target, lambda = S / L (here
+    # S = 2 in prefill, 3 in decode); layer 0 is ignored and stays dense.
+    block = {"config_groups": {"group_0": {
+        "algorithm": "skip_softmax", "ignore": ["model.layers.0.self_attn"],
+        "threshold_scale_factor": {"formula": "a * exp(b * target_sparsity)",
+                                   "prefill": {"a": 2.0, "b": 0.0},
+                                   "decode": {"a": 3.0, "b": 0.0}},
+        "target_sparsity": {"prefill": 0.5, "decode": 0.5}}},
+        "producer": {"name": "modelopt", "version": "0.46.0"}}
+    model = llama(sparse_attention_config=block)
+    ids = torch.randint(0, 512, (1, 300), generator=torch.Generator().manual_seed(6)).to(DEVICE)
+    model.set_attn_implementation("skipsoftmax")
+    with torch.no_grad():
+        model.generate(ids, max_new_tokens=3, do_sample=False)
+    stats = sst.tile_stats(model)
+    assert stats[0] == {"prefill": (0, 0), "decode": (0, 0)}
+    assert stats[1]["prefill"][0] > 0 and stats[1]["decode"][0] > 0
+    # The same tables given as the engine's keys: the same statistics; the keys come first.
+    sst.reset_tile_stats(model)
+    model.config.skip_softmax_prefill_scale_table = [[1, 2.0]]
+    model.config.skip_softmax_decode_scale_table = [[1, 3.0]]
+    with torch.no_grad():
+        model.generate(ids, max_new_tokens=3, do_sample=False)
+    assert sst.tile_stats(model)[1] == stats[1]
+    model.config.skip_softmax_prefill_scale_table = None
+    model.config.skip_softmax_decode_scale_table = None
+    block["config_groups"]["group_0"]["threshold_scale_factor"]["formula"] = "a * t"
+    with pytest.raises(ValueError, match="the formula must be"):
+        logits(model, ids, "skipsoftmax")
+
+
 def test_an_unreachable_table_runs_the_dense_kernel_and_counts_nothing():
     model = llama(skip_softmax_prefill_scale_table=[[8192, 40.0]],
                   skip_softmax_decode_scale_table=[[8192, 40.0]])
