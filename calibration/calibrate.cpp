@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -251,8 +252,34 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
+PromptFn ruler_prompts(RulerCorpus& corpus, std::uint64_t seed) {
+  return [&corpus, seed](std::int64_t tokens, int index) {
+    return corpus.make_sample(tokens, seed, index).tokens;
+  };
+}
+
+PromptFn captured_prompt_set(std::vector<std::vector<std::int32_t>> prompts) {
+  return [prompts = std::move(prompts)](std::int64_t tokens, int index) {
+    int seen = 0;
+    std::map<std::size_t, int> lengths;
+    for (const std::vector<std::int32_t>& p : prompts) {
+      ++lengths[p.size()];
+      if (static_cast<std::int64_t>(p.size()) == tokens && seen++ == index) return p;
+    }
+    std::string held;
+    for (const auto& [length, count] : lengths) {
+      held += (held.empty() ? "" : ", ") + std::to_string(count) + " x " + std::to_string(length);
+    }
+    throw std::runtime_error("the captures hold " + std::to_string(seen) + " prompt(s) of " +
+                             std::to_string(tokens) + " tokens, calibration needs " +
+                             std::to_string(index + 1) + " (they hold " +
+                             (held.empty() ? std::string("none") : held) +
+                             " tokens): capture prompts of every length it asks for");
+  };
+}
+
 CalibrationResult run_calibration(const CalibrationSettings& s, const ModelConfig& model,
-                                  RulerCorpus& corpus, CaptureSource& source,
+                                  const PromptFn& prompts, CaptureSource& source,
                                   const StatsBackend& backend, const ProgressFn& progress) {
   CalibrationResult result;
   result.layers = layer_plan(model);
@@ -274,7 +301,7 @@ CalibrationResult run_calibration(const CalibrationSettings& s, const ModelConfi
     const std::int64_t bin = s.bins[bi];
     const std::int64_t n = sample_length(s, bin);
     for (int i = 0; i < s.samples; ++i) {
-      const RulerSample sample = corpus.make_sample(n, s.seed, i);
+      const std::vector<std::int32_t> tokens = prompts(n, i);
       const std::string where = "bin " + std::to_string(bin) + " (" + std::to_string(bi + 1) + "/" +
                                 std::to_string(s.bins.size()) + "), prompt " +
                                 std::to_string(i + 1) + "/" + std::to_string(s.samples);
@@ -285,7 +312,7 @@ CalibrationResult run_calibration(const CalibrationSettings& s, const ModelConfi
       std::vector<Phase> to_compute;
       for (std::size_t pi = 0; pi < phases.size(); ++pi) {
         if (s.cache_dir) {
-          keys[pi] = cache_key_text(s, model, layers, source, backend, phases[pi], sample.tokens);
+          keys[pi] = cache_key_text(s, model, layers, source, backend, phases[pi], tokens);
           if (auto cached =
                   load_cached(cache_file(*s.cache_dir, keys[pi]), keys[pi], layers, progress)) {
             per_layer[pi] = std::move(*cached);
@@ -301,8 +328,8 @@ CalibrationResult run_calibration(const CalibrationSettings& s, const ModelConfi
         meter.drop(prompt_work(n, layers));
         meter.report(where + ": statistics from the cache", true);
       } else {
-        prompt_tile_stats(s, model, source, backend, layers, sample.tokens, to_compute, meter,
-                          where, [&](std::size_t k, TileStats&& stats) {
+        prompt_tile_stats(s, model, source, backend, layers, tokens, to_compute, meter, where,
+                          [&](std::size_t k, TileStats&& stats) {
                             per_layer[missing[k]].push_back(pooled(stats));
                           });
         if (s.cache_dir) {

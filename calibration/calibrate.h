@@ -132,9 +132,18 @@ void prompt_tile_stats(const PromptPass& s, const ModelConfig& model, CaptureSou
                        ProgressMeter& meter, const std::string& where,
                        const std::function<void(std::size_t, TileStats&&)>& sink);
 
-// Throws what the corpus, the source or the backend throws; writes nothing but cache files.
+// The prompts of a calibration: the `index`-th prompt of `tokens` tokens (index < samples).
+using PromptFn = std::function<std::vector<std::int32_t>(std::int64_t tokens, int index)>;
+// RULER prompts of the corpus's books (its tokenizer), deterministic from seed.
+PromptFn ruler_prompts(RulerCorpus& corpus, std::uint64_t seed);
+// The prompts a capture set holds (captured_prompts of capture_source.h), in its order: for a
+// model whose tokenizer this build lacks. Throws std::runtime_error listing the lengths it holds
+// when fewer than index + 1 prompts have `tokens` tokens.
+PromptFn captured_prompt_set(std::vector<std::vector<std::int32_t>> prompts);
+
+// Throws what the prompts, the source or the backend throw; writes nothing but cache files.
 CalibrationResult run_calibration(const CalibrationSettings& settings, const ModelConfig& model,
-                                  RulerCorpus& corpus, CaptureSource& source,
+                                  const PromptFn& prompts, CaptureSource& source,
                                   const StatsBackend& backend, const ProgressFn& progress);
 
 // The skip keys of every calibrated phase (skip_key_updates), the advice also recording the

@@ -139,7 +139,9 @@ class NpyDirectorySource final : public CaptureSource {
                                    ", not from this one (" + model_sha256 + ")");
         }
         check_layer_entries(m.json.at("layers"));
-        by_tokens_[tokens_key(manifest_tokens(m))] = m;
+        std::vector<std::int32_t> tokens = manifest_tokens(m);
+        by_tokens_[tokens_key(tokens)] = m;
+        prompts_.push_back(std::move(tokens));
       } catch (const nlohmann::json::exception& e) {
         throw std::runtime_error(p.string() + ": " + json_error_reason(e.what()));
       } catch (const std::exception& e) {
@@ -150,6 +152,7 @@ class NpyDirectorySource final : public CaptureSource {
   }
 
   std::string identity() const override { return identity_; }
+  std::vector<std::vector<std::int32_t>> prompts() const override { return prompts_; }
 
   void capture(std::span<const std::int32_t> tokens, std::span<const int> layers,
                const std::function<void(LayerCapture&&)>& sink) override {
@@ -184,6 +187,7 @@ class NpyDirectorySource final : public CaptureSource {
  private:
   const ModelConfig& config_;
   std::map<std::string, Manifest> by_tokens_;
+  std::vector<std::vector<std::int32_t>> prompts_;  // in the manifests' path order
   std::string identity_;
 };
 

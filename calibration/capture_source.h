@@ -41,6 +41,8 @@ class CaptureSource {
   // empty) for the prompt `tokens`. Throws std::runtime_error naming what is missing or mis-shaped.
   virtual void capture(std::span<const std::int32_t> tokens, std::span<const int> layers,
                        const std::function<void(LayerCapture&&)>& sink) = 0;
+  // The prompts it holds captures of, in its order; empty for a source that runs any prompt.
+  virtual std::vector<std::vector<std::int32_t>> prompts() const { return {}; }
 };
 
 // `file` and `config` must outlive the source.

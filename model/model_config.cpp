@@ -1,6 +1,7 @@
 #include "model_config.h"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 namespace skipsoftmax {
@@ -72,6 +73,63 @@ ModelConfig read_model_config(const gguf::File& f) {
                              " is odd (rotary embeddings turn pairs of channels)");
   }
   c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  return c;
+}
+
+ModelConfig read_hf_attention_config(std::string_view json_text, const std::string& context) {
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error(context + ": malformed JSON: " + e.what());
+  }
+  if (!root.is_object()) throw std::runtime_error(context + ": expected a JSON object");
+  const nlohmann::json& j = root.contains("text_config") && root.at("text_config").is_object()
+                                ? root.at("text_config")
+                                : root;
+  const auto get = [&](const char* key) -> std::int64_t {
+    if (!j.contains(key) || !j.at(key).is_number_integer()) {
+      throw std::runtime_error(context + ": " + key + " is missing or not an integer");
+    }
+    return j.at(key).get<std::int64_t>();
+  };
+  const auto get_or = [&](const char* key, std::int64_t fallback) {
+    return j.contains(key) && !j.at(key).is_null() ? get(key) : fallback;
+  };
+  ModelConfig c;
+  c.architecture = j.value("model_type", root.value("model_type", std::string("unknown")));
+  c.layers = to_int(get("num_hidden_layers"), "num_hidden_layers");
+  c.heads_q = to_int(get("num_attention_heads"), "num_attention_heads");
+  c.heads_kv = to_int(get_or("num_key_value_heads", c.heads_q), "num_key_value_heads");
+  const std::int64_t hidden = get_or("hidden_size", 0);
+  const std::int64_t head_dim = get_or("head_dim", hidden > 0 ? hidden / c.heads_q : 0);
+  c.head_dim = to_int(head_dim, "head_dim");
+  c.context_length = to_int(get("max_position_embeddings"), "max_position_embeddings");
+  if (c.heads_q % c.heads_kv != 0) {
+    throw std::runtime_error(context + ": " + std::to_string(c.heads_q) +
+                             " query heads are not a multiple of " + std::to_string(c.heads_kv) +
+                             " KV heads");
+  }
+  c.local_layer.assign(static_cast<std::size_t>(c.layers), false);
+  if (j.contains("layer_types") && !j.at("layer_types").is_null()) {
+    const nlohmann::json& types = j.at("layer_types");
+    if (!types.is_array() || types.size() != static_cast<std::size_t>(c.layers)) {
+      throw std::runtime_error(context + ": layer_types must list the " + std::to_string(c.layers) +
+                               " layers");
+    }
+    for (int l = 0; l < c.layers; ++l) {
+      const nlohmann::json& t = types[static_cast<std::size_t>(l)];
+      c.local_layer[static_cast<std::size_t>(l)] = t.is_string() && t == "sliding_attention";
+    }
+    c.sliding_window = static_cast<int>(get_or("sliding_window", 0));
+  }
+  double scale_base = static_cast<double>(c.head_dim);
+  if (j.contains("query_pre_attn_scalar") && j.at("query_pre_attn_scalar").is_number()) {
+    scale_base = j.at("query_pre_attn_scalar").get<double>();
+    if (!(scale_base > 0.0))
+      throw std::runtime_error(context + ": query_pre_attn_scalar must be > 0");
+  }
+  c.attention_scale = 1.0 / std::sqrt(scale_base);
   return c;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gguf.h"
@@ -31,5 +32,14 @@ struct ModelConfig {
 
 // Throws std::runtime_error naming the missing key or the unsupported architecture.
 ModelConfig read_model_config(const gguf::File& file);
+
+// The attention geometry of a Hugging Face config.json (its text_config where it has one), for
+// calibrating Q/K captured from a transformers model: what calibration reads (layers, heads, head
+// dim, context, the sliding-window layers and the softmax scale), any model_type. Local layers
+// come from layer_types ("sliding_attention"); the scale is query_pre_attn_scalar^-0.5 where the
+// config has it (Gemma), else head_dim^-0.5. The weights' fields (hidden, ffn, vocab, norms,
+// rotary bases) stay 0: the forward passes cannot run such a config. Throws std::runtime_error
+// naming the key.
+ModelConfig read_hf_attention_config(std::string_view json_text, const std::string& context);
 
 }  // namespace skipsoftmax

@@ -12,5 +12,8 @@ if [[ ! -x $venv/bin/python ]]; then
 fi
 "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps \
   --force-reinstall .
+# The C++ tool, for the test that calibrates a captured transformers checkpoint.
+tool=$PWD/${BUILD_DIR:-build}/skipsoftmax
+[[ -x $tool ]] && export SKIPSOFTMAX_TOOL=${SKIPSOFTMAX_TOOL:-$tool}
 # From the repository root the installed package is the one imported (python/ is not on the path).
 "$venv/bin/python" -m pytest -q python/tests

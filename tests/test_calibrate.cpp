@@ -111,8 +111,8 @@ class Calibrate : public test::TempDirTest {
 
   CalibrationResult run(FakeSource& source, std::vector<std::string>* lines = nullptr) {
     RulerCorpus corpus(corpus_dir_, CorpusSplit::kCalibration, word_tokenizer());
-    return run_calibration(settings_, small_model(), corpus, source, cpu_stats_backend(),
-                           [&](const std::string& line) {
+    return run_calibration(settings_, small_model(), ruler_prompts(corpus, settings_.seed), source,
+                           cpu_stats_backend(), [&](const std::string& line) {
                              if (lines) lines->push_back(line);
                            });
   }

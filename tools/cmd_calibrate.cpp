@@ -1,6 +1,7 @@
 // skipsoftmax calibrate --model-dir DIR --phase prefill|decode|both --max-seqlen N: fits the
 // per-length scale tables of a checkpoint on RULER-style prompts (calibration/calibrate.h) and
-// records them, with the sparsity ladder and the shape advice, in DIR/config.json.
+// records them, with the sparsity ladder and the shape advice, in DIR/config.json. A checkpoint
+// without a GGUF (a Hugging Face model) calibrates on the prompts its --captures-dir holds.
 //
 // Every flag is checked before any work; the config is rewritten once, atomically, at the end, so
 // a failed or interrupted run leaves it as it was.
@@ -135,16 +136,11 @@ void write_config(const fs::path& dir, nlohmann::ordered_json updates) {
   write_file_atomic(path, [&](std::ostream& out) { out << text; });
 }
 
-void run_calibrate(const CalibrateArgs& a) {
-  CalibrationSettings s = parse_settings(a);
-  const fs::path model_dir(a.model_dir);
-  const fs::path gguf_path = find_gguf(model_dir);
-  const gguf::File file = gguf::File::open(gguf_path);
-  const ModelConfig model = read_model_config(file);
-  check_context(s, model);
-  // What the run writes to is checked before any work: the output directories, and the
-  // checkpoint's config.json, which must parse and keep valid skip keys once this run's keys
-  // replace theirs (a table of an old calibration that the kernels refuse is one it repairs).
+// What the run writes to, checked before any work: the output directories, and the checkpoint's
+// config.json, which must parse and keep valid skip keys once this run's keys replace theirs (a
+// table of an old calibration that the kernels refuse is one it repairs).
+void check_outputs(const CalibrateArgs& a, const CalibrationSettings& s,
+                   const fs::path& model_dir) {
   if (!a.write_samples.empty()) check_output_directory(a.write_samples, "--write-samples");
   if (s.cache_dir) check_output_directory(*s.cache_dir, "--cache-dir");
   if (const fs::path config = model_dir / kConfigFileName;
@@ -156,9 +152,77 @@ void run_calibrate(const CalibrateArgs& a) {
     }
     merge_skip_keys(read_json_text(config), replaced.dump(), config.string());
   }
+}
+
+void calibrate_and_write(const CalibrateArgs& a, CalibrationSettings& s, const ModelConfig& model,
+                         const PromptFn& prompts, CaptureSource& source,
+                         const std::string& q_from) {
+  const fs::path model_dir(a.model_dir);
+  const StatsBackend backend = stats_backend(a.pass);
+  std::cerr << "skipsoftmax calibrate: " << model.architecture << ", " << model.layers
+            << " layers, " << s.bins.size() << " bins x " << s.samples << " prompts, backend "
+            << backend.name << ", Q/K from " << q_from << '\n';
+  const CalibrationResult result = run_calibration(
+      s, model, prompts, source, backend,
+      [](const std::string& line) { std::cerr << "skipsoftmax calibrate: " << line << '\n'; });
+  const nlohmann::ordered_json updates = calibration_updates(s, result);
+  if (!a.dry_run) write_config(model_dir, updates);
+  std::cout << calibration_summary(s, result);
+  std::cout << (a.dry_run ? "dry run: nothing written\n"
+                          : "wrote " + (model_dir / kConfigFileName).string() + "\n");
+}
+
+bool holds_gguf(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail("--model-dir " + dir.string() + ": no such directory");
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    if (e.is_regular_file() && e.path().extension() == ".gguf") return true;
+  }
+  return false;
+}
+
+// A checkpoint without a GGUF (a Hugging Face model): its attention geometry from config.json,
+// the prompts and their Q/K from the captures (python -m skipsoftmax capture).
+void run_from_captures(const CalibrateArgs& a, CalibrationSettings& s, const fs::path& model_dir) {
+  if (a.pass.captures_dir.empty()) {
+    fail("--model-dir " + model_dir.string() +
+         ": no .gguf model file in it; a checkpoint without one calibrates from captures: "
+         "python -m skipsoftmax capture --model DIR --text FILE --tokens N... --samples K "
+         "--out-dir C, then --captures-dir C");
+  }
+  if (!a.write_samples.empty()) {
+    fail("--write-samples needs the model's tokenizer, which only a .gguf in --model-dir gives");
+  }
+  const fs::path config = model_dir / kConfigFileName;
+  if (!fs::exists(config)) {
+    fail("--model-dir " + model_dir.string() + ": neither a .gguf nor a config.json in it");
+  }
+  const ModelConfig model = read_hf_attention_config(read_json_text(config), config.string());
+  check_context(s, model);
+  check_outputs(a, s, model_dir);
   s.prefill_tiles = prefill_vote_tiles(model.head_dim, KvOrder::kSinkThenReverse);
   s.decode_tile_k = decode_tile_k(model.head_dim);
-  const StatsBackend backend = stats_backend(a.pass);
+  const std::unique_ptr<CaptureSource> source =
+      npy_directory_source(a.pass.captures_dir, model, "");
+  const PromptFn prompts = captured_prompt_set(source->prompts());
+  calibrate_and_write(a, s, model, prompts, *source,
+                      a.pass.captures_dir + " (its prompts; config.json's geometry)");
+}
+
+void run_calibrate(const CalibrateArgs& a) {
+  CalibrationSettings s = parse_settings(a);
+  const fs::path model_dir(a.model_dir);
+  if (!holds_gguf(model_dir)) {
+    run_from_captures(a, s, model_dir);
+    return;
+  }
+  const fs::path gguf_path = find_gguf(model_dir);
+  const gguf::File file = gguf::File::open(gguf_path);
+  const ModelConfig model = read_model_config(file);
+  check_context(s, model);
+  check_outputs(a, s, model_dir);
+  s.prefill_tiles = prefill_vote_tiles(model.head_dim, KvOrder::kSinkThenReverse);
+  s.decode_tile_k = decode_tile_k(model.head_dim);
 
   RulerCorpus corpus(corpus_dir(a.pass), CorpusSplit::kCalibration, model_tokenizer(file));
   if (!a.write_samples.empty()) {
@@ -170,19 +234,8 @@ void run_calibrate(const CalibrateArgs& a) {
   // The model's checksum keys the cache and checks the captures; it costs a read of the file.
   const std::unique_ptr<CaptureSource> source = capture_source(
       file, model, gguf_path, a.pass, s.cache_dir.has_value() || !a.pass.captures_dir.empty());
-
-  std::cerr << "skipsoftmax calibrate: " << model.architecture << ", " << model.layers
-            << " layers, " << s.bins.size() << " bins x " << s.samples << " prompts, backend "
-            << backend.name << ", Q/K from "
-            << (a.pass.captures_dir.empty() ? "the CPU forward pass" : a.pass.captures_dir) << '\n';
-  const CalibrationResult result = run_calibration(
-      s, model, corpus, *source, backend,
-      [](const std::string& line) { std::cerr << "skipsoftmax calibrate: " << line << '\n'; });
-  const nlohmann::ordered_json updates = calibration_updates(s, result);
-  if (!a.dry_run) write_config(model_dir, updates);
-  std::cout << calibration_summary(s, result);
-  std::cout << (a.dry_run ? "dry run: nothing written\n"
-                          : "wrote " + (model_dir / kConfigFileName).string() + "\n");
+  calibrate_and_write(a, s, model, ruler_prompts(corpus, s.seed), *source,
+                      a.pass.captures_dir.empty() ? "the CPU forward pass" : a.pass.captures_dir);
 }
 
 void add_calibrate(CLI::App& app) {
@@ -191,7 +244,9 @@ void add_calibrate(CLI::App& app) {
       "calibrate",
       "Fit per-length scale tables (and a sparsity ladder) for a checkpoint on RULER-style "
       "prompts, and record them with the shape advice in its config.json");
-  sub->add_option("--model-dir", a->model_dir, "Checkpoint directory: one .gguf, config.json")
+  sub->add_option("--model-dir", a->model_dir,
+                  "Checkpoint directory: one .gguf and config.json, or (with --captures-dir) a "
+                  "Hugging Face config.json alone")
       ->required();
   sub->add_option("--phase", a->phase, "prefill, decode or both")->required();
   sub->add_option("--max-seqlen", a->max_seqlen,

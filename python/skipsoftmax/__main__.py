@@ -17,7 +17,10 @@ def main(argv=None) -> int:
     src.add_argument("--text", help="UTF-8 text file: capture its first --tokens tokens")
     src.add_argument("--prompts", help="directory of prompt_*.npy token files "
                                        "(`skipsoftmax calibrate --write-samples DIR`)")
-    cap.add_argument("--tokens", type=int, help="tokens of --text to run (special ones included)")
+    cap.add_argument("--tokens", type=int, nargs="+",
+                     help="prompt lengths of --text windows, special tokens included")
+    cap.add_argument("--samples", type=int, default=1,
+                     help="windows of each --tokens length (disjoint, through the text)")
     cap.add_argument("--out-dir", required=True, help="new or empty directory")
     cap.add_argument("--layers", help="layers to capture, e.g. 0,5,10 (default: all)")
     cap.add_argument("--dtype", choices=["f32", "f16"], default="f32",
@@ -25,10 +28,12 @@ def main(argv=None) -> int:
     cap.add_argument("--model-dtype", choices=["bf16", "f16", "f32"], default="bf16")
     cap.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     args = parser.parse_args(argv)
-    if args.text and (args.tokens is None or args.tokens < 1):
-        parser.error("--text needs --tokens N (N >= 1)")
-    if args.prompts and args.tokens is not None:
-        parser.error("--tokens applies to --text only")
+    if args.text and (args.tokens is None or min(args.tokens) < 1):
+        parser.error("--text needs --tokens N [N ...] (N >= 1)")
+    if args.prompts and (args.tokens is not None or args.samples != 1):
+        parser.error("--tokens and --samples apply to --text only")
+    if args.samples < 1:
+        parser.error("--samples must be >= 1")
     if args.device is None:
         import torch
         args.device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -4,9 +4,11 @@
     {"tokens": "tokens.npy", "layers": [{"layer": 0, "q": "layer00_q.npy", ...}, ...], ...}
 
 with q [n, heads_q, head_dim] and k, v [n, heads_kv, head_dim] as the attention function receives
-them (after the rotary embedding and any q/k norms, q not scaled). The prompts are the first
---tokens of a text, or the prompt_*.npy files that `skipsoftmax calibrate --write-samples DIR`
-writes (one subdirectory of captures each).
+them (after the rotary embedding and any q/k norms, q not scaled). The prompts are windows of a
+text (--tokens N: its first N tokens, files directly in --out-dir; --tokens N1 N2 ... --samples K:
+K disjoint windows of each length, one subdirectory each, the tokenizer's leading special tokens
+first, which is what `skipsoftmax calibrate --captures-dir` calibrates a checkpoint without a GGUF
+on), or the prompt_*.npy files that `skipsoftmax calibrate --write-samples DIR` writes.
 """
 
 from __future__ import annotations
@@ -114,6 +116,28 @@ def _prompts_from_samples(directory: pathlib.Path) -> list[tuple[str, list[int]]
     return prompts
 
 
+def _text_windows(tokenizer, text: str, lengths: list[int], samples: int,
+                  name: str) -> list[tuple[str, list[int]]]:
+    """`samples` disjoint windows of the text per length, each led by the tokenizer's special
+    tokens (BOS), one after another through the text. One window of one length: ("", ids)."""
+    lead = tokenizer("", add_special_tokens=True)["input_ids"]
+    body = tokenizer(text, add_special_tokens=False)["input_ids"]
+    need = sum(n - len(lead) for n in lengths) * samples
+    if len(body) < need:
+        raise ValueError(f"--text {name}: {len(body)} tokens, fewer than the {need} that "
+                         f"{samples} window(s) of {' + '.join(map(str, lengths))} tokens need")
+    if any(n <= len(lead) for n in lengths):
+        raise ValueError(f"--tokens must exceed the {len(lead)} leading special token(s)")
+    if len(lengths) == 1 and samples == 1:
+        return [("", lead + body[:lengths[0] - len(lead)])]
+    prompts, at = [], 0
+    for n in lengths:
+        for i in range(samples):
+            prompts.append((f"prompt_{n}_{i}", lead + body[at:at + n - len(lead)]))
+            at += n - len(lead)
+    return prompts
+
+
 def run(args) -> None:
     import transformers
 
@@ -137,11 +161,7 @@ def run(args) -> None:
     else:
         tokenizer = transformers.AutoTokenizer.from_pretrained(args.model)
         text = pathlib.Path(args.text).read_text(encoding="utf-8")
-        ids = tokenizer(text)["input_ids"]
-        if len(ids) < args.tokens:
-            raise ValueError(f"--text {args.text}: {len(ids)} tokens, fewer than --tokens "
-                             f"{args.tokens}")
-        prompts = [("", ids[:args.tokens])]
+        prompts = _text_windows(tokenizer, text, args.tokens, args.samples, args.text)
     limit = getattr(text_config, "max_position_embeddings", None)
     for name, ids in prompts:
         if limit and len(ids) > limit:
@@ -162,7 +182,7 @@ def run(args) -> None:
                                      meta)
             print(f"capture: prompt {i + 1}/{len(prompts)} ({len(ids)} tokens, "
                   f"{written} layers)", file=sys.stderr, flush=True)
-        if not args.prompts:  # one prompt: its files directly in --out-dir
+        if len(prompts) == 1 and not prompts[0][0]:  # one window: its files in --out-dir
             for f in (tmp / "capture").iterdir():
                 f.rename(tmp / f.name)
             (tmp / "capture").rmdir()

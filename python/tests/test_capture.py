@@ -3,6 +3,9 @@ tokenizer: the files and manifest that `skipsoftmax calibrate --captures-dir` re
 reproduce the model's own attention output, prompt files, and refusals that leave nothing behind."""
 
 import json
+import os
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -94,7 +97,7 @@ def test_refusals_leave_nothing_behind(checkpoint, tmp_path, capsys):
     assert "not an empty directory" in capsys.readouterr().err
     out = tmp_path / "new"
     assert run("--model", path, "--text", text, "--tokens", 100000, "--out-dir", out) == 1
-    assert "fewer than --tokens" in capsys.readouterr().err
+    assert "fewer than the 100000 that 1 window(s)" in capsys.readouterr().err
     assert run("--model", path, "--text", text, "--tokens", 10, "--out-dir", out,
                "--layers", "5") == 1
     assert "outside the model's 2 layers" in capsys.readouterr().err
@@ -104,3 +107,49 @@ def test_refusals_leave_nothing_behind(checkpoint, tmp_path, capsys):
     assert run("--model", path, "--prompts", bad, "--out-dir", out) == 1
     assert "1-D integer array" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "full"]
+
+
+def test_a_checkpoint_without_gguf_calibrates_from_its_captures(checkpoint, tmp_path):
+    """capture -> skipsoftmax calibrate --captures-dir -> config.json -> from_pretrained, for a
+    model the C++ engine cannot load: the geometry from its config.json, the prompts from the
+    captures (windows of a text, two of each bin's length)."""
+    tool = os.environ.get("SKIPSOFTMAX_TOOL", "")
+    if not os.access(tool, os.X_OK):
+        pytest.skip("needs the skipsoftmax tool (SKIPSOFTMAX_TOOL)")
+    path, _ = checkpoint
+    ck = tmp_path / "ck"
+    shutil.copytree(path, ck)
+    text = tmp_path / "long.txt"
+    text.write_text(" ".join(np.random.default_rng(1).choice(WORDS, 2000)) + "\n")
+    caps = tmp_path / "caps"
+    assert run("--model", ck, "--text", text, "--tokens", 256, 384, "--samples", 2,
+               "--out-dir", caps) == 0
+    assert sorted(p.name for p in caps.iterdir()) == [
+        "prompt_256_0", "prompt_256_1", "prompt_384_0", "prompt_384_1"]
+    calibrate = [tool, "calibrate", "--model-dir", ck, "--captures-dir", caps, "--phase",
+                 "prefill", "--bin-min", "256", "--bin-step", "128", "--max-seqlen", "384"]
+    done = subprocess.run([*map(str, calibrate), "--samples", "2"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    assert "llama, 2 layers, 2 bins x 2 prompts" in done.stderr
+    config = json.loads((ck / "config.json").read_text())
+    assert config["num_hidden_layers"] == 2  # the model's keys stay
+    # A random model's flat attention reaches few tiers at these lengths: the keys are there, the
+    # unreachable tiers left out (the calibration's own rule).
+    assert isinstance(config["skip_softmax_prefill_scale_tables"], dict)
+    assert "skip_softmax_prefill_shape_advice" in config
+    import skipsoftmax.transformers as sst
+    sst.register()
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(
+        ck, attn_implementation="skipsoftmax", dtype=torch.bfloat16)
+    assert loaded.config.skip_softmax_prefill_scale_table == \
+        config["skip_softmax_prefill_scale_table"]
+    # Three prompts a bin: the captures hold two, and say which lengths they hold.
+    more = subprocess.run([*map(str, calibrate), "--samples", "3"], capture_output=True, text=True)
+    assert more.returncode != 0
+    assert "hold 2 prompt(s) of 256 tokens, calibration needs 3" in more.stderr, more.stderr
+    assert "2 x 256, 2 x 384" in more.stderr
+    # No captures: the checkpoint's missing GGUF is named with the way out.
+    bare = subprocess.run([*map(str, calibrate[:4]), *map(str, calibrate[6:])],
+                          capture_output=True, text=True)
+    assert bare.returncode != 0 and "no .gguf model file in it" in bare.stderr
