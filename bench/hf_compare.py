@@ -21,9 +21,10 @@ the bare C API call at batch 1 and 64 (32k each); every timed call behind a spin
 that the host's launch is off the clock, CUDA events, median over interleaved rounds.
 
 Prints a summary and writes JSON (command, git revision, GPU).
-  python3 bench/hf_compare.py model --gguf ck/smollm2/model.gguf --price bench/baselines/ttft_smollm2.json \\
-      --text ../shared/corpora/austen_4_pride_and_prejudice.txt --lengths 4096 8160 --engine B/skipsoftmax --json out.json
-  python3 bench/hf_compare.py overhead --json out.json
+  python3 bench/hf_compare.py model --library B/libskipsoftmax_capi.so --gguf ck/model.gguf \\
+      --price bench/baselines/ttft_smollm2.json --text corpora/austen_4_pride_and_prejudice.txt \\
+      --lengths 4096 8160 --dtype float16 --engine B/skipsoftmax --json out.json
+  python3 bench/hf_compare.py overhead --library B/libskipsoftmax_capi.so --json out.json
 """
 import argparse
 import ctypes
@@ -113,17 +114,23 @@ def price_tier(price: dict, tier: str) -> tuple[list, list, dict]:
 
 @torch.inference_mode()
 def greedy(model, ids: torch.Tensor, new_tokens: int) -> list:
+    eos = model.generation_config.eos_token_id
     out = model.generate(ids[None], max_new_tokens=new_tokens, do_sample=False,
-                         pad_token_id=model.generation_config.eos_token_id)
+                         pad_token_id=eos[0] if isinstance(eos, (list, tuple)) else eos)
     return out[0, ids.numel():].tolist()
 
 
 @torch.inference_mode()
 def nll(model, ids: torch.Tensor) -> tuple[float, int]:
-    """Summed negative log-likelihood of every next token of the window, and their count."""
-    logits = model(ids[None]).logits[0, :-1].float()
-    logp = torch.log_softmax(logits, -1)
-    return -logp.gather(1, ids[1:, None]).sum().item(), ids.numel() - 1
+    """Summed negative log-likelihood of every next token of the window, and their count (the
+    float32 log-softmax in chunks of positions: a 262k vocabulary would not fit at once)."""
+    logits = model(ids[None]).logits[0, :-1]
+    total = 0.0
+    for at in range(0, logits.shape[0], 1024):
+        part = logits[at:at + 1024].float()
+        total += torch.nn.functional.cross_entropy(part, ids[1 + at:1 + at + part.shape[0]],
+                                                   reduction="sum").item()
+    return total, ids.numel() - 1
 
 
 @torch.inference_mode()
@@ -202,6 +209,7 @@ def run_model(args) -> dict:
         row["sparsity"] = {ph: {"visited": c[0], "skipped": c[1], "sparsity": sparsity(c)}
                            for ph, c in ours.items()}
         if args.engine:
+            torch.cuda.empty_cache()  # the engine runs in another process on the same GPU
             tiles = engine_tiles(args.engine, gguf, prefill75, decode75, prompts, args.new_tokens,
                                  args.dtype)
             for ph in sst.PHASES:
@@ -255,7 +263,7 @@ def run_model(args) -> dict:
     return result
 
 
-def timed_ms(fn, spin_cycles: int = 200_000) -> float:
+def timed_ms(fn, spin_cycles: int = 2_000_000) -> float:
     """GPU time of fn's work on the current stream: queued behind a spin, so that the host's
     launch of it is not timed."""
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -373,7 +381,7 @@ def main() -> None:
     m.add_argument("--windows", type=int, default=2, help="prompts per length")
     m.add_argument("--offset", type=int, default=2000, help="tokens skipped at the text's start")
     m.add_argument("--new-tokens", type=int, default=32)
-    m.add_argument("--dtype", choices=sorted(DTYPES), default="float16")
+    m.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
     m.add_argument("--device", default="cuda",
                    help="cpu runs the float64 reference (a smoke test of short lengths)")
     m.add_argument("--engine", help="the skipsoftmax tool, to compare its sparsity")
@@ -387,7 +395,12 @@ def main() -> None:
     o.add_argument("--rounds", type=int, default=50)
     for p in (m, o):
         p.add_argument("--json", required=True, help="write the results here")
+        p.add_argument("--library", help="libskipsoftmax_capi.so to use (default: "
+                                          "$SKIPSOFTMAX_LIBRARY, else the installed package's)")
     args = ap.parse_args()
+    if args.library:
+        os.environ["SKIPSOFTMAX_LIBRARY"] = args.library
+    print(f"library {_capi.version()}", flush=True)  # found and of this binding's version
     if getattr(args, "device", "cuda") == "cuda" and not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU (model --device cpu runs the reference)")
     result = run_model(args) if args.what == "model" else run_overhead(args)

@@ -366,7 +366,9 @@ nlohmann::ordered_json calibration_updates(const CalibrationSettings& s,
     updates.update(u);
     if (const std::optional<modelopt::Fit> f = modelopt_fit(r.fit)) {
       curves[r.fit.phase] = f->curve;
-      targets[r.fit.phase] = r.fit.deployed_target;
+      // A target only where the tables deploy: a phase deployed dense stays dense for the
+      // block's readers too (TensorRT-LLM runs a phase without a target dense).
+      if (!r.fit.deployed().table().empty()) targets[r.fit.phase] = r.fit.deployed_target;
     }
   }
   // The same calibration in ModelOpt's form, for TensorRT-LLM and vLLM: one S per target at every

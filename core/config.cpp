@@ -47,15 +47,17 @@ std::optional<double> parse_number(std::string_view text) {
   return value;
 }
 
-// Shortest text that reads back as the same double.
+// The skip_softmax part of a checkpoint's ModelOpt block; a part it cannot read is kept as the
+// error (see ModelOptConfig::error).
 ModelOptConfig read_modelopt(const ordered_json& value, const std::string& context) {
+  ModelOptConfig out;
   modelopt::LlmBlock block;
   try {
     block = modelopt::read_llm_block(nlohmann::json::parse(value.dump()));
   } catch (const std::invalid_argument& e) {
-    throw error_in(context, e.what());
+    out.error = context + ": " + e.what();
+    return out;
   }
-  ModelOptConfig out;
   for (Phase phase : kPhases) {
     if (block.curves[phase]) {
       out.phases[phase] =
@@ -67,6 +69,7 @@ ModelOptConfig read_modelopt(const ordered_json& value, const std::string& conte
   return out;
 }
 
+// Shortest text that reads back as the same double.
 std::string format_number(double value) {
   char buf[32];
   const auto [stop, ec] = std::to_chars(buf, buf + sizeof buf, value);
@@ -215,6 +218,11 @@ ResolvedPhase checkpoint_choice(Phase phase, const CheckpointConfig& config,
   if (checkpoint.scale_table) {
     return {Threshold::table(*checkpoint.scale_table), "checkpoint " + scale_table_key(phase)};
   }
+  if (config.modelopt && config.modelopt->error) {
+    throw std::invalid_argument(*config.modelopt->error + " (" + to_string(phase) +
+                                " has no table of its own, so export would read the block: fix "
+                                "it, or give the phase a table)");
+  }
   const std::optional<ModelOptPhase>& curve =
       config.modelopt ? config.modelopt->phases[phase] : std::nullopt;
   if (curve && curve->target_sparsity) {
@@ -248,6 +256,9 @@ ResolvedPhase resolve_phase(Phase phase, const PhaseFlags& flags, const Checkpoi
   }
   if (asked_sparsity) {
     // Tiers first; a checkpoint without any reads ModelOpt's curve at the asked sparsity.
+    if (checkpoint.tiers.empty() && config.modelopt && config.modelopt->error) {
+      throw std::invalid_argument(*config.modelopt->error + " (asked for by " + asked_by + ")");
+    }
     const std::optional<ModelOptPhase>& curve =
         config.modelopt ? config.modelopt->phases[phase] : std::nullopt;
     if (checkpoint.tiers.empty() && curve) {
@@ -419,7 +430,9 @@ CheckpointConfig parse_checkpoint_config(std::string_view json_text, const std::
   for (const auto& item : j.items()) {
     const std::string& key = item.key();
     if (!key.starts_with(kSkipKeyPrefix)) {
-      if (key == kModelOptKey) config.modelopt = read_modelopt(item.value(), context);
+      if (key == kModelOptKey && !item.value().is_null()) {
+        config.modelopt = read_modelopt(item.value(), context);
+      }
       model[key] = item.value();
     } else if (key == kShapeAdviceKey) {
       config.shape_advice_json = item.value().dump();
@@ -480,6 +493,10 @@ ExportPlan plan_export(const CheckpointConfig& checkpoint, const PerPhase<PhaseF
     plan.phases[phase] = resolve_phase(phase, flags[phase], checkpoint, plan.notes);
   }
   if (checkpoint.modelopt) {
+    if (checkpoint.modelopt->error) {
+      plan.notes.push_back(std::string(kModelOptKey) +
+                           " is not read: " + *checkpoint.modelopt->error);
+    }
     for (const std::string& note : checkpoint.modelopt->notes) plan.notes.push_back(note);
     if (!checkpoint.modelopt->ignore.empty()) {
       std::string list;

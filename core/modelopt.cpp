@@ -199,23 +199,90 @@ ordered_json block_json(const PerPhase<std::optional<Curve>>& curves,
   return block;
 }
 
-ordered_json keep_other_groups(ordered_json block, const ordered_json& existing) {
-  if (!existing.is_object() || !existing.contains("config_groups") ||
-      !existing.at("config_groups").is_object()) {
-    return block;
+namespace {
+
+// The skip_softmax fields of a block of either schema (null: none), and its other groups.
+std::pair<ordered_json, ordered_json> split_block(const ordered_json& block) {
+  ordered_json skip, others = ordered_json::object();
+  if (!block.is_object()) return {skip, others};
+  if (!block.contains("config_groups")) {
+    skip = block;
+    skip.erase("producer");
+    return {skip, others};
   }
-  ordered_json& groups = block.at("config_groups");
-  ordered_json skip = groups.at("group_0");
-  ordered_json merged = ordered_json::object();
-  for (const auto& item : existing.at("config_groups").items()) {
-    const bool skip_group = item.value().is_object() &&
-                            item.value().value("algorithm", ordered_json()) == "skip_softmax";
-    if (!skip_group) merged[item.key()] = item.value();
+  const ordered_json& groups = block.at("config_groups");
+  if (!groups.is_object()) return {skip, others};
+  for (const auto& item : groups.items()) {
+    const bool is_skip = item.value().is_object() &&
+                         item.value().value("algorithm", ordered_json()) == "skip_softmax";
+    if (is_skip && skip.is_null()) {
+      skip = item.value();
+    } else {
+      others[item.key()] = item.value();
+    }
+  }
+  return {skip, others};
+}
+
+}  // namespace
+
+ordered_json merge_block(const ordered_json& existing, const ordered_json& fresh,
+                         const PerPhase<bool>& calibrated, const std::string& version) {
+  auto [group, others] = split_block(existing);
+  const ordered_json fresh_group = split_block(fresh).first;
+  if (!group.is_object()) group = ordered_json::object();
+  group["algorithm"] = "skip_softmax";
+  ordered_json tsf = group.value("threshold_scale_factor", ordered_json::object());
+  const bool same_formula =
+      tsf.is_object() && tsf.contains("formula") && tsf.at("formula").is_string() &&
+      without_spaces(tsf.at("formula").get<std::string>()) == without_spaces(kFormula);
+  if (!same_formula) tsf = ordered_json::object();  // another curve: ours replaces it
+  tsf["formula"] = kFormula;
+  ordered_json targets = group.value("target_sparsity", ordered_json::object());
+  if (!targets.is_object()) {  // one number for both phases: spelled per phase from here on
+    const ordered_json both = targets;
+    targets = ordered_json::object();
+    if (both.is_number()) {
+      for (Phase phase : kPhases) targets[to_string(phase)] = both;
+    }
+  }
+  // Shared coefficients apply to the phase this run leaves alone.
+  if (tsf.contains("coefficients")) {
+    for (Phase phase : kPhases) {
+      if (!calibrated[phase] && !tsf.contains(to_string(phase))) {
+        tsf[to_string(phase)] = tsf.at("coefficients");
+      }
+    }
+    tsf.erase("coefficients");
+  }
+  const ordered_json fresh_tsf = fresh_group.is_object()
+                                     ? fresh_group.value("threshold_scale_factor", ordered_json())
+                                     : ordered_json();
+  const ordered_json fresh_targets = fresh_group.is_object()
+                                         ? fresh_group.value("target_sparsity", ordered_json())
+                                         : ordered_json();
+  for (Phase phase : kPhases) {
+    if (!calibrated[phase]) continue;
+    const char* name = to_string(phase);
+    tsf.erase(name);
+    targets.erase(name);
+    if (fresh_tsf.is_object() && fresh_tsf.contains(name)) tsf[name] = fresh_tsf.at(name);
+    if (fresh_targets.is_object() && fresh_targets.contains(name)) {
+      targets[name] = fresh_targets.at(name);
+    }
+  }
+  group["threshold_scale_factor"] = std::move(tsf);
+  if (targets.empty()) {
+    group.erase("target_sparsity");
+  } else {
+    group["target_sparsity"] = std::move(targets);
   }
   std::string name = "group_0";
-  for (int i = 1; merged.contains(name); ++i) name = "group_" + std::to_string(i);
-  merged[name] = std::move(skip);
-  groups = std::move(merged);
+  for (int i = 1; others.contains(name); ++i) name = "group_" + std::to_string(i);
+  others[name] = std::move(group);
+  ordered_json block = ordered_json::object();
+  block["config_groups"] = std::move(others);
+  block["producer"] = {{"name", "skipsoftmax"}, {"version", version}};
   return block;
 }
 

@@ -74,10 +74,13 @@ nlohmann::ordered_json block_json(const PerPhase<std::optional<Curve>>& curves,
                                   const PerPhase<std::optional<double>>& targets,
                                   const std::string& version);
 
-// `block` (block_json's) with the groups of other algorithms that `existing`, the checkpoint's
-// block, holds (sparse softmax, quantization): a new calibration replaces only the skip_softmax
-// group. An existing block that is not the config_groups schema is replaced whole.
-nlohmann::ordered_json keep_other_groups(nlohmann::ordered_json block,
-                                         const nlohmann::ordered_json& existing);
+// The checkpoint's block (`existing`, either schema) updated by a calibration of the phases
+// `calibrated`: each of them takes `fresh`'s curve and target (block_json's; null: none), or
+// loses its old ones where this calibration fitted none; the other phase, the skip_softmax
+// group's other fields (ignore, targets, ...) and the groups of other algorithms stay. A group
+// whose formula is another is replaced. The result is in the config_groups schema.
+nlohmann::ordered_json merge_block(const nlohmann::ordered_json& existing,
+                                   const nlohmann::ordered_json& fresh,
+                                   const PerPhase<bool>& calibrated, const std::string& version);
 
 }  // namespace skipsoftmax::modelopt

@@ -122,6 +122,18 @@ ModelConfig read_hf_attention_config(std::string_view json_text, const std::stri
       c.local_layer[static_cast<std::size_t>(l)] = t.is_string() && t == "sliding_attention";
     }
     c.sliding_window = static_cast<int>(get_or("sliding_window", 0));
+  } else if (j.contains("sliding_window_pattern") && !j.at("sliding_window_pattern").is_null()) {
+    // Gemma 2 / 3 hub configs: every pattern-th layer is global, the others local.
+    const std::int64_t pattern = get("sliding_window_pattern");
+    if (pattern < 1) throw std::runtime_error(context + ": sliding_window_pattern must be >= 1");
+    for (int l = 0; l < c.layers; ++l)
+      c.local_layer[static_cast<std::size_t>(l)] = (l + 1) % pattern != 0;
+    c.sliding_window = static_cast<int>(get_or("sliding_window", 0));
+  } else if (j.contains("sliding_window") && !j.at("sliding_window").is_null() &&
+             j.value("use_sliding_window", true)) {
+    // Mistral-style: one window on every layer (Qwen2 sets it but turns it off).
+    c.sliding_window = static_cast<int>(get("sliding_window"));
+    c.local_layer.assign(static_cast<std::size_t>(c.layers), true);
   }
   double scale_base = static_cast<double>(c.head_dim);
   if (j.contains("query_pre_attn_scalar") && j.at("query_pre_attn_scalar").is_number()) {

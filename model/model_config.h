@@ -36,7 +36,9 @@ ModelConfig read_model_config(const gguf::File& file);
 // The attention geometry of a Hugging Face config.json (its text_config where it has one), for
 // calibrating Q/K captured from a transformers model: what calibration reads (layers, heads, head
 // dim, context, the sliding-window layers and the softmax scale), any model_type. Local layers
-// come from layer_types ("sliding_attention"); the scale is query_pre_attn_scalar^-0.5 where the
+// come from layer_types ("sliding_attention"), else sliding_window_pattern (every pattern-th
+// layer global), else a sliding_window on every layer (unless use_sliding_window is false); the
+// scale is query_pre_attn_scalar^-0.5 where the
 // config has it (Gemma), else head_dim^-0.5. The weights' fields (hidden, ffn, vocab, norms,
 // rotary bases) stay 0: the forward passes cannot run such a config. Throws std::runtime_error
 // naming the key.

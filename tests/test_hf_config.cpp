@@ -40,6 +40,27 @@ TEST(HfAttentionConfig, ReadsGemma3sTextConfigLayerTypesAndScale) {
   EXPECT_DOUBLE_EQ(c.attention_scale, 1.0 / 12.0);
 }
 
+TEST(HfAttentionConfig, ReadsAPatternOrAWindowOnEveryLayer) {
+  // Gemma 3 hub configs without layer_types: every 6th layer global.
+  const ModelConfig gemma = read_hf_attention_config(R"({"model_type": "gemma3_text",
+      "num_hidden_layers": 7, "num_attention_heads": 4, "num_key_value_heads": 1,
+      "head_dim": 256, "max_position_embeddings": 32768, "sliding_window": 512,
+      "sliding_window_pattern": 6})",
+                                                     "c.json");
+  EXPECT_EQ(gemma.local_layer, (std::vector<bool>{true, true, true, true, true, false, true}));
+  const ModelConfig mistral = read_hf_attention_config(R"({"model_type": "mistral",
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
+      "head_dim": 64, "max_position_embeddings": 32768, "sliding_window": 4096})",
+                                                       "c.json");
+  EXPECT_EQ(mistral.local_layer, (std::vector<bool>{true, true}));
+  const ModelConfig qwen = read_hf_attention_config(R"({"model_type": "qwen2",
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
+      "head_dim": 64, "max_position_embeddings": 32768, "sliding_window": 4096,
+      "use_sliding_window": false})",
+                                                    "c.json");
+  EXPECT_EQ(qwen.local_layer, (std::vector<bool>{false, false}));
+}
+
 TEST(HfAttentionConfig, BadConfigsAreNamed) {
   const auto read = [](const char* text) { return read_hf_attention_config(text, "c.json"); };
   EXPECT_ERROR_HAS(read("{"), "c.json: malformed JSON");

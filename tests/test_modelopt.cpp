@@ -124,13 +124,54 @@ TEST(ModelOptBlock, CalibrationWritesTheModelOptSchemaAndReadsItBack) {
   EXPECT_EQ(back.curves.decode->b, 9.0);
   EXPECT_EQ(back.targets.prefill, 0.75);
   EXPECT_TRUE(back.notes.empty());
-  // A checkpoint's other groups stay; its old skip_softmax group goes.
-  const ordered_json merged =
-      modelopt::keep_other_groups(block, ordered_json::parse(kModelOptBlock));
+}
+
+// Recalibrating one phase into a checkpoint's block: that phase's curve and target change, the
+// other phase's, the ignore patterns, the other fields and the other groups stay.
+TEST(ModelOptBlock, MergeReplacesOnlyTheCalibratedPhases) {
+  PerPhase<std::optional<modelopt::Curve>> curves;
+  curves.prefill = modelopt::Curve{30.0, 7.0};
+  PerPhase<std::optional<double>> targets;
+  targets.prefill = 0.75;
+  const ordered_json fresh = modelopt::block_json(curves, targets, "0.5.0");
+  const ordered_json existing = ordered_json::parse(kModelOptBlock);
+  const ordered_json merged = modelopt::merge_block(existing, fresh, {true, false}, "0.5.0");
   const ordered_json& groups = merged.at("config_groups");
-  EXPECT_EQ(groups.size(), 2u);
+  ASSERT_EQ(groups.size(), 2u);
   EXPECT_EQ(groups.at("group_1").at("algorithm"), "sparse_softmax");
-  EXPECT_EQ(groups.at("group_0").at("threshold_scale_factor").at("prefill").at("a"), 30.0);
+  const ordered_json& g = groups.at("group_0");
+  EXPECT_EQ(g.at("threshold_scale_factor").at("prefill").at("a"), 30.0);
+  EXPECT_EQ(g.at("threshold_scale_factor").at("decode").at("a"), 0.12);
+  EXPECT_EQ(g.at("target_sparsity").at("prefill"), 0.75);
+  EXPECT_EQ(g.at("target_sparsity").at("decode"), 0.75);
+  EXPECT_EQ(g.at("ignore"), ordered_json::parse(R"(["model.layers.0.self_attn"])"));
+  EXPECT_EQ(g.at("targets"), ordered_json::parse(R"(["LlamaAttention"])"));
+  EXPECT_EQ(merged.at("producer").at("name"), "skipsoftmax");
+  // A calibrated phase without a fit loses its old curve and target.
+  const ordered_json dropped = modelopt::merge_block(existing, fresh, {true, true}, "0.5.0")
+                                   .at("config_groups")
+                                   .at("group_0");
+  EXPECT_FALSE(dropped.at("threshold_scale_factor").contains("decode"));
+  EXPECT_FALSE(dropped.at("target_sparsity").contains("decode"));
+  // The top-level schema with shared coefficients and one target: the untouched phase keeps
+  // them, spelled per phase; a block in another formula is replaced.
+  const ordered_json old = ordered_json::parse(R"J({"ignore": ["*lm_head*"],
+      "threshold_scale_factor": {"formula": "a*exp(b*target_sparsity)",
+                                 "coefficients": {"a": 2.0, "b": 3.0}},
+      "target_sparsity": 0.6})J");
+  const ordered_json from_old =
+      modelopt::merge_block(old, fresh, {true, false}, "0.5.0").at("config_groups").at("group_0");
+  EXPECT_EQ(from_old.at("threshold_scale_factor").at("decode").at("a"), 2.0);
+  EXPECT_FALSE(from_old.at("threshold_scale_factor").contains("coefficients"));
+  EXPECT_EQ(from_old.at("target_sparsity").at("decode"), 0.6);
+  EXPECT_EQ(from_old.at("ignore"), ordered_json::parse(R"(["*lm_head*"])"));
+  const ordered_json other = ordered_json::parse(R"J({"threshold_scale_factor": {
+      "formula": "a * t + b", "decode": {"a": 1.0, "b": 2.0}}})J");
+  const ordered_json replaced =
+      modelopt::merge_block(other, fresh, {true, false}, "0.5.0").at("config_groups").at("group_0");
+  EXPECT_FALSE(replaced.at("threshold_scale_factor").contains("decode"));
+  EXPECT_EQ(replaced.at("threshold_scale_factor").at("formula"), "a * exp(b * target_sparsity)");
+  EXPECT_NO_THROW(modelopt::read_llm_block(json::parse(replaced.dump())));
 }
 
 CheckpointConfig checkpoint(const std::string& extra) {
@@ -179,9 +220,21 @@ TEST(ModelOptExport, OwnTablesComeFirstAndACurveWithoutTargetStaysDense) {
   EXPECT_EQ(dense.phases.prefill.threshold.kind(), Threshold::Kind::kDense);
   ASSERT_FALSE(dense.notes.empty());
   EXPECT_NE(dense.notes[0].find("no target_sparsity"), std::string::npos) << dense.notes[0];
-  // A malformed block is an error of the checkpoint config, named by path.
-  EXPECT_ERROR_HAS(checkpoint(R"J(, "sparse_attention_config": {"threshold_scale_factor": 3})J"),
+  // A block we cannot read is kept as an error: named in export's notes, thrown only for a phase
+  // that would fall back to it; a null block is no block.
+  const CheckpointConfig bad =
+      checkpoint(R"J(, "sparse_attention_config": {"threshold_scale_factor": 3})J");
+  ASSERT_TRUE(bad.modelopt && bad.modelopt->error);
+  EXPECT_ERROR_HAS(plan_export(bad, {}),
                    "config.json: sparse_attention_config.threshold_scale_factor: expected");
+  const CheckpointConfig bad_with_tables = checkpoint(
+      R"J(, "skip_softmax_prefill_scale_table": [[4096, 100.0]],
+            "skip_softmax_decode_scale_table": [[4096, 10.0]],
+            "sparse_attention_config": {"threshold_scale_factor": 3})J");
+  const ExportPlan noted = plan_export(bad_with_tables, {});
+  ASSERT_FALSE(noted.notes.empty());
+  EXPECT_NE(noted.notes[0].find("sparse_attention_config is not read"), std::string::npos);
+  EXPECT_FALSE(checkpoint(R"J(, "sparse_attention_config": null)J").modelopt);
   // Calibration rewrites the block with the skip keys; other keys stay refused.
   const std::string merged = merge_skip_keys(
       "{}", std::string("{\"sparse_attention_config\": ") + kModelOptBlock + "}", "c");

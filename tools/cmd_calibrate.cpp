@@ -118,16 +118,19 @@ void write_samples(const fs::path& dir, const CalibrationSettings& s, RulerCorpu
   std::cout << "wrote " << list.size() << " prompts to " << dir.string() << '\n';
 }
 
-// The checkpoint's config.json with this run's keys; a ModelOpt block already there keeps its
-// groups of other algorithms (only its skip_softmax group is replaced).
-void write_config(const fs::path& dir, nlohmann::ordered_json updates) {
+// The checkpoint's config.json with this run's keys; a ModelOpt block already there keeps what
+// this run does not calibrate (the other phase, ignore patterns, groups of other algorithms).
+void write_config(const fs::path& dir, nlohmann::ordered_json updates,
+                  const PerPhase<bool>& calibrated) {
   const fs::path path = dir / kConfigFileName;
   std::error_code ec;
   if (fs::exists(path, ec)) {
     const auto existing = nlohmann::ordered_json::parse(read_json_text(path));
     const std::string key = modelopt::kBlockKey;
-    if (updates.contains(key) && existing.contains(key)) {
-      updates[key] = modelopt::keep_other_groups(updates[key], existing.at(key));
+    if (existing.contains(key) && !existing.at(key).is_null()) {
+      updates[key] =
+          modelopt::merge_block(existing.at(key), updates.value(key, nlohmann::ordered_json()),
+                                calibrated, SKIPSOFTMAX_VERSION);
     }
     update_checkpoint_skip_keys(dir, updates.dump());
     return;
@@ -166,7 +169,7 @@ void calibrate_and_write(const CalibrateArgs& a, CalibrationSettings& s, const M
       s, model, prompts, source, backend,
       [](const std::string& line) { std::cerr << "skipsoftmax calibrate: " << line << '\n'; });
   const nlohmann::ordered_json updates = calibration_updates(s, result);
-  if (!a.dry_run) write_config(model_dir, updates);
+  if (!a.dry_run) write_config(model_dir, updates, s.phases);
   std::cout << calibration_summary(s, result);
   std::cout << (a.dry_run ? "dry run: nothing written\n"
                           : "wrote " + (model_dir / kConfigFileName).string() + "\n");
@@ -205,6 +208,8 @@ void run_from_captures(const CalibrateArgs& a, CalibrationSettings& s, const fs:
   const std::unique_ptr<CaptureSource> source =
       npy_directory_source(a.pass.captures_dir, model, "");
   const PromptFn prompts = captured_prompt_set(source->prompts());
+  // Every bin's prompts are there before any work (the error names the lengths held).
+  for (std::int64_t bin : s.bins) prompts(sample_length(s, bin), s.samples - 1);
   calibrate_and_write(a, s, model, prompts, *source,
                       a.pass.captures_dir + " (its prompts; config.json's geometry)");
 }

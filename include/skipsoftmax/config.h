@@ -113,6 +113,10 @@ struct ModelOptConfig {
   PerPhase<std::optional<ModelOptPhase>> phases;
   std::vector<std::string> ignore;
   std::vector<std::string> notes;  // parts of the block not read (groups of other algorithms)
+  // Why the block's skip_softmax fields cannot be read (another formula, a malformed curve):
+  // kept rather than thrown, so that calibration can replace them and export can name them; export
+  // throws it only for a phase that would fall back to the block.
+  std::optional<std::string> error;
 };
 
 // The key of that block in a checkpoint config.
@@ -120,7 +124,8 @@ inline constexpr std::string_view kModelOptKey = "sparse_attention_config";
 
 struct CheckpointConfig {
   PerPhase<CheckpointPhase> phases;
-  // Read when the checkpoint has the block; export falls back to it for a phase without tables.
+  // Read when the checkpoint has the block (null counts as absent); export falls back to it for
+  // a phase without tables.
   std::optional<ModelOptConfig> modelopt;
   std::optional<std::string> shape_advice_json;  // prefill; informational, never read by export
   std::optional<std::string> decode_shape_advice_json;  // the same for decode

@@ -65,8 +65,8 @@ def register(name: str = NAME) -> None:
 
 def _table(config, key: str):
     table = getattr(config, key, None)
-    if table is None:
-        return None
+    if table is None or (isinstance(table, (list, tuple)) and not table):
+        return None  # absent, null, or [] (a calibration that deploys dense)
     if not isinstance(table, (list, tuple)):
         raise ValueError(f"config {key} must be [[seqlen_bin, S], ...] or null, got {table!r}")
     return [tuple(row) for row in table]
@@ -117,6 +117,8 @@ def _modelopt_curves(block) -> tuple[dict, list]:
 
 
 def _ignored(patterns: list, layer) -> bool:
+    if layer is None:
+        return False
     names = [f"model.layers.{layer}.self_attn", f"layers.{layer}.self_attn",
              f"model.layers.{layer}.attention", f"layers.{layer}.attention"]
     return any(fnmatch.fnmatchcase(n, p) for p in patterns for n in names)
