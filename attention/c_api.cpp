@@ -4,12 +4,14 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "skipsoftmax/decode.h"
+#include "skipsoftmax/diffusion.h"
 #include "skipsoftmax/prefill.h"
 
 namespace {
@@ -266,4 +268,59 @@ extern "C" int skipsoftmax_decode_reference(const skipsoftmax_decode_args* args,
   } catch (...) {
     return fail(error, error_len);
   }
+}
+
+struct skipsoftmax_diffusion_config {
+  std::vector<std::string> warnings;  // filled by the gate's sink; first member: outlives config
+  std::optional<skipsoftmax::DiffusionSkipConfig> config;
+};
+
+extern "C" int skipsoftmax_diffusion_config_load(const char* component_dir,
+                                                 const char* request_json, int secondary,
+                                                 skipsoftmax_diffusion_config** config, char* error,
+                                                 int error_len) {
+  try {
+    if (component_dir == nullptr || request_json == nullptr || config == nullptr) {
+      throw std::invalid_argument("component_dir, request_json and config must not be NULL");
+    }
+    auto handle = std::make_unique<skipsoftmax_diffusion_config>();
+    const skipsoftmax::DiffusionRequest request =
+        skipsoftmax::parse_diffusion_request(request_json);
+    auto* warnings = &handle->warnings;
+    const auto sink = [warnings](const std::string& w) { warnings->push_back(w); };
+    handle->config =
+        secondary ? skipsoftmax::load_secondary_diffusion_config(component_dir, request, sink)
+                  : skipsoftmax::load_diffusion_config(component_dir, request, sink);
+    *config = handle.release();
+    return 0;
+  } catch (const std::runtime_error& e) {  // a file that cannot be read is the argument's
+    set_error(error, error_len, e.what());
+    return SKIPSOFTMAX_ERROR_ARGUMENT;
+  } catch (...) {
+    return fail(error, error_len);
+  }
+}
+
+extern "C" double skipsoftmax_diffusion_lambda(skipsoftmax_diffusion_config* config,
+                                               const char* module_name, int64_t max_kv_len,
+                                               double timestep) {
+  if (config == nullptr || !config->config) return 0.0;
+  const std::optional<double> t =
+      std::isnan(timestep) ? std::nullopt : std::optional<double>(timestep);
+  return config->config->lambda_for(module_name ? module_name : "", max_kv_len, t);
+}
+
+extern "C" int skipsoftmax_diffusion_config_messages(const skipsoftmax_diffusion_config* config,
+                                                     char* text, int text_len) {
+  std::string all;
+  if (config != nullptr && config->config) {
+    for (const std::string& n : config->config->notes()) all += n + "\n";
+    for (const std::string& w : config->warnings) all += w + "\n";
+  }
+  set_error(text, text_len, all);
+  return static_cast<int>(all.size());
+}
+
+extern "C" void skipsoftmax_diffusion_config_free(skipsoftmax_diffusion_config* config) {
+  delete config;
 }

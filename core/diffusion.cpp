@@ -116,13 +116,26 @@ Threshold requested_threshold(const DiffusionRequest& request,
   }
 }
 
-DiffusionSkipConfig resolve(const json* block, const DiffusionRequest& request,
-                            std::string component, TimestepGate::WarningSink warn) {
+// The request's own errors, whatever the checkpoint holds.
+void check_request(const DiffusionRequest& request) {
   if (request.threshold && request.target_sparsity) {
     throw std::invalid_argument(
         "the request sets both threshold and target_sparsity; they are two ways to the same "
         "lambda, set one");
   }
+  if (request.target_sparsity &&
+      !(*request.target_sparsity >= 0.0 && *request.target_sparsity <= 1.0)) {
+    std::ostringstream msg;
+    msg << "target_sparsity " << *request.target_sparsity << " is outside [0, 1]";
+    throw std::invalid_argument(msg.str());
+  }
+  if (request.threshold) requested_threshold(request, std::nullopt);  // its range
+  validate_cutoff(request.disabled_until_timestep);
+}
+
+DiffusionSkipConfig resolve(const json* block, const DiffusionRequest& request,
+                            std::string component, TimestepGate::WarningSink warn) {
+  check_request(request);
   TimestepGate gate(request.disabled_until_timestep, std::move(warn));
   BlockContents contents = block ? read_block(*block) : BlockContents{};
   Threshold threshold = requested_threshold(request, contents.calibration);
@@ -234,6 +247,28 @@ DiffusionSkipConfig load_diffusion_config(const fs::path& component_dir,
                    std::move(warn));
   } catch (const std::invalid_argument& e) {
     throw error_in(path.string(), e.what());
+  }
+}
+
+DiffusionSkipConfig load_secondary_diffusion_config(const fs::path& component_dir,
+                                                    const DiffusionRequest& request,
+                                                    TimestepGate::WarningSink warn) {
+  check_request(request);  // the user's errors still throw
+  try {
+    return load_diffusion_config(component_dir, request, warn);
+  } catch (const std::exception& e) {
+    fs::path dir = fs::absolute(component_dir).lexically_normal();
+    if (!dir.has_filename()) dir = dir.parent_path();
+    const std::string component = dir.filename().string();
+    const std::string message = std::string(e.what()) + "; " + component + " stays dense";
+    if (warn) {
+      warn(message);
+    } else {
+      std::cerr << "skipsoftmax: warning: " << message << '\n';
+    }
+    return DiffusionSkipConfig(component, Threshold::dense(), {},
+                               TimestepGate(request.disabled_until_timestep, std::move(warn)),
+                               {message});
   }
 }
 

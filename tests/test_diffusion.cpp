@@ -333,5 +333,35 @@ TEST_F(ComponentDir, FileErrorsNameTheFile) {
                    "config.json: malformed JSON at byte");
 }
 
+// Wan 2.2's transformer_2: a config that cannot serve the request leaves it dense with one
+// warning; the request's own errors still throw.
+TEST_F(ComponentDir, ASecondaryComponentThatCannotBeReadStaysDenseWithOneWarning) {
+  std::vector<std::string> warnings;
+  const auto sink = [&](const std::string& w) { warnings.push_back(w); };
+  DiffusionSkipConfig missing =
+      load_secondary_diffusion_config(root_ / "transformer", lambda(0.1), sink);
+  EXPECT_EQ(missing.lambda_for("transformer.blocks.0.attn1", 100000, std::nullopt), 0.0);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("config.json: no such file"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("transformer stays dense"), std::string::npos) << warnings[0];
+  write_config(R"({"_class_name": "WanTransformer3DModel"})");  // no calibration
+  warnings.clear();
+  DiffusionSkipConfig uncalibrated =
+      load_secondary_diffusion_config(root_ / "transformer", sparsity(0.5), sink);
+  EXPECT_TRUE(uncalibrated.threshold().never_skips());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("needs the checkpoint's calibration"), std::string::npos);
+  // A readable config serves as the primary's does.
+  EXPECT_EQ(load_secondary_diffusion_config(root_ / "transformer", lambda(0.05), sink)
+                .lambda_for("transformer.blocks.0.attn1", 100, std::nullopt),
+            0.05);
+  DiffusionRequest both = lambda(0.1);
+  both.target_sparsity = 0.5;
+  EXPECT_ERROR_HAS(load_secondary_diffusion_config(root_ / "transformer", both, sink),
+                   "both threshold and target_sparsity");
+  EXPECT_ERROR_HAS(load_secondary_diffusion_config(root_ / "transformer", sparsity(1.5), sink),
+                   "target_sparsity 1.5 is outside [0, 1]");
+}
+
 }  // namespace
 }  // namespace skipsoftmax

@@ -159,6 +159,28 @@ int64_t skipsoftmax_decode_workspace_size(const skipsoftmax_decode_args* args, i
 int skipsoftmax_prefill_reference(const skipsoftmax_prefill_args* args, char* error, int error_len);
 int skipsoftmax_decode_reference(const skipsoftmax_decode_args* args, char* error, int error_len);
 
+/* Diffusion transformers (skipsoftmax/diffusion.h): one pipeline component's skip configuration,
+ * from its directory's config.json (ModelOpt's sparse_attention_config, absent: none) and the
+ * user's request, JSON {"threshold": L | "target_sparsity": S, "disabled_until_timestep": D}.
+ * secondary != 0 (Wan 2.2's transformer_2): a config that cannot serve the request leaves the
+ * component dense, with the reason among its messages, instead of failing. Returns 0 and the
+ * configuration in *config, or a negative skipsoftmax_status with a message in error. One
+ * configuration is not thread-safe (its timestep gate remembers its warning). */
+typedef struct skipsoftmax_diffusion_config skipsoftmax_diffusion_config;
+int skipsoftmax_diffusion_config_load(const char* component_dir, const char* request_json,
+                                      int secondary, skipsoftmax_diffusion_config** config,
+                                      char* error, int error_len);
+/* lambda for one attention call of module_name (its full name, e.g. "transformer.blocks.0.attn1")
+ * over max_kv_len keys at the pipeline's normalized timestep in [0, 1] (NaN: none published);
+ * 0 means exact dense (an ignored module, a gated step, the guard). */
+double skipsoftmax_diffusion_lambda(skipsoftmax_diffusion_config* config, const char* module_name,
+                                    int64_t max_kv_len, double timestep);
+/* The configuration's notes (block keys not read) and warnings so far, one per line, into text
+ * (truncated to text_len, terminated); returns the length of the whole text. */
+int skipsoftmax_diffusion_config_messages(const skipsoftmax_diffusion_config* config, char* text,
+                                          int text_len);
+void skipsoftmax_diffusion_config_free(skipsoftmax_diffusion_config* config);
+
 #ifdef __cplusplus
 }
 #endif

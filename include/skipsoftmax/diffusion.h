@@ -100,4 +100,13 @@ DiffusionSkipConfig load_diffusion_config(const std::filesystem::path& component
                                           const DiffusionRequest& request,
                                           TimestepGate::WarningSink warn = {});
 
+// The same for a pipeline's secondary component (Wan 2.2's transformer_2): a config.json that is
+// missing or malformed, or whose block cannot serve the request (a bad block, target_sparsity
+// without calibration), leaves the component dense and says why once through `warn` (stderr when
+// empty) instead of throwing. A malformed request (both threshold and target_sparsity, a value
+// out of range) still throws: it is the user's, not the checkpoint's.
+DiffusionSkipConfig load_secondary_diffusion_config(const std::filesystem::path& component_dir,
+                                                    const DiffusionRequest& request,
+                                                    TimestepGate::WarningSink warn = {});
+
 }  // namespace skipsoftmax

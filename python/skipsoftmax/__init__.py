@@ -10,8 +10,9 @@ Hugging Face models.
 """
 
 from ._capi import SkipSoftmaxCudaError, SkipSoftmaxError, version
+from .diffusion import DiffusionSkipConfig
 from .ops import KV_ORDERS, decode, prefill
 
-__all__ = ["prefill", "decode", "version", "KV_ORDERS", "SkipSoftmaxError",
-           "SkipSoftmaxCudaError"]
+__all__ = ["prefill", "decode", "version", "KV_ORDERS", "DiffusionSkipConfig",
+           "SkipSoftmaxError", "SkipSoftmaxCudaError"]
 __version__ = "0.5.0"

@@ -112,6 +112,12 @@ def library() -> ctypes.CDLL:
             ("skipsoftmax_decode_reference", [args_p["decode"], *err], _c_int),
             ("skipsoftmax_decode_workspace_size",
              [args_p["decode"], ctypes.POINTER(_c_int), *err], _c_i64),
+            ("skipsoftmax_diffusion_config_load",
+             [ctypes.c_char_p, ctypes.c_char_p, _c_int, ctypes.POINTER(_c_void_p), *err], _c_int),
+            ("skipsoftmax_diffusion_lambda", [_c_void_p, ctypes.c_char_p, _c_i64, _c_double],
+             _c_double),
+            ("skipsoftmax_diffusion_config_messages", [_c_void_p, ctypes.c_char_p, _c_int], _c_int),
+            ("skipsoftmax_diffusion_config_free", [_c_void_p], None),
         ]:
             fn = getattr(lib, name)
             fn.argtypes = argtypes
