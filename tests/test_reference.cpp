@@ -77,9 +77,11 @@ std::vector<std::vector<double>> naive_scores(const PrefillProblem& p, std::size
   return s;
 }
 
-// Plain softmax(S) V in float64: the independent oracle for the tiled reference.
-std::vector<double> naive_attention(const PrefillProblem& p) {
+// Plain softmax(S) V in float64: the independent oracle for the tiled reference; with lse, also
+// each row's natural log-sum-exp, [total_q, hq].
+std::vector<double> naive_attention(const PrefillProblem& p, std::vector<double>* lse = nullptr) {
   std::vector<double> out(out_size(p));
+  if (lse) lse->assign(static_cast<std::size_t>(p.cu_seqlens_q.back()) * p.num_heads_q, 0.0);
   const int dim = p.head_dim, group = p.num_heads_q / p.num_heads_kv;
   for (std::size_t b = 0; b + 1 < p.cu_seqlens_q.size(); ++b) {
     for (int h = 0; h < p.num_heads_q; ++h) {
@@ -96,6 +98,7 @@ std::vector<double> naive_attention(const PrefillProblem& p) {
         }
         double* dst = &out[((p.cu_seqlens_q[b] + i) * p.num_heads_q + h) * dim];
         for (int d = 0; d < dim; ++d) dst[d] = o[d] / l;
+        if (lse) (*lse)[(p.cu_seqlens_q[b] + i) * p.num_heads_q + h] = m + std::log(l);
       }
     }
   }
@@ -386,27 +389,11 @@ TEST(ReferencePrefill, VisitOrdersAgreeDenseAndSinkFirstSkipsMore) {
   EXPECT_GE(sink_first.tiles_skipped, forward.tiles_skipped);
 }
 
-// Naive natural log-sum-exps of every row, [total_q, hq].
-std::vector<double> naive_lse(const PrefillProblem& p) {
-  std::vector<double> lse(static_cast<std::size_t>(p.cu_seqlens_q.back()) * p.num_heads_q);
-  for (std::size_t b = 0; b + 1 < p.cu_seqlens_q.size(); ++b) {
-    for (int h = 0; h < p.num_heads_q; ++h) {
-      const auto s = naive_scores(p, b, h);
-      for (std::size_t i = 0; i < s.size(); ++i) {
-        const double m = *std::max_element(s[i].begin(), s[i].end());
-        double l = 0.0;
-        for (double x : s[i]) l += std::exp(x - m);
-        lse[(p.cu_seqlens_q[b] + i) * p.num_heads_q + h] = m + std::log(l);
-      }
-    }
-  }
-  return lse;
-}
-
 TEST(ReferencePrefill, LseIsTheNaiveLogSumExp) {
   Batch b = make_batch({1, 130, 300}, {1, 400, 300}, 4, 2, 32, true, 41);
   b.problem.window = 0;
-  const std::vector<double> naive = naive_lse(b.problem);
+  std::vector<double> naive;
+  naive_attention(b.problem, &naive);
   ReferenceOptions o = options(Threshold::dense(), 64, 64);
   std::vector<double> lse(naive.size(), kNaN);
   o.lse = lse.data();
@@ -655,7 +642,8 @@ TEST(ReferenceDecode, VoteCoversTheWholeGroupAndHoldsTheBound) {
 // The splits' combine yields the whole row's log-sum-exp, as one split and the prefill do.
 TEST(ReferenceDecode, LseOfTheCombinedSplitsIsTheNaiveOne) {
   PagedBatch pb = make_paged({1, 17, 300, 129}, 8, 2, 32, 16, 79);
-  const std::vector<double> naive = naive_lse(pb.contiguous.problem);
+  std::vector<double> naive;
+  naive_attention(pb.contiguous.problem, &naive);
   for (int splits : {1, 3}) {
     ReferenceOptions o = options(Threshold::dense(), 1, 64);
     o.num_splits = splits;
