@@ -206,6 +206,17 @@ ResolvedPhase modelopt_choice(Phase phase, const ModelOptPhase& curve, double t,
   }
 }
 
+// The phase's curve in the checkpoint's ModelOpt block, read because the phase falls back to it:
+// a block export could not read throws here, `why` naming what asked for it.
+std::optional<ModelOptPhase> modelopt_curve(const CheckpointConfig& config, Phase phase,
+                                            const std::string& why) {
+  if (!config.modelopt) return std::nullopt;
+  if (config.modelopt->error) {
+    throw std::invalid_argument(*config.modelopt->error + " (" + why + ")");
+  }
+  return config.modelopt->phases[phase];
+}
+
 // Level 3: what the checkpoint deploys by itself.
 ResolvedPhase checkpoint_choice(Phase phase, const CheckpointConfig& config,
                                 std::vector<std::string>& notes) {
@@ -218,13 +229,11 @@ ResolvedPhase checkpoint_choice(Phase phase, const CheckpointConfig& config,
   if (checkpoint.scale_table) {
     return {Threshold::table(*checkpoint.scale_table), "checkpoint " + scale_table_key(phase)};
   }
-  if (config.modelopt && config.modelopt->error) {
-    throw std::invalid_argument(*config.modelopt->error + " (" + to_string(phase) +
-                                " has no table of its own, so export would read the block: fix "
-                                "it, or give the phase a table)");
-  }
-  const std::optional<ModelOptPhase>& curve =
-      config.modelopt ? config.modelopt->phases[phase] : std::nullopt;
+  const std::optional<ModelOptPhase> curve =
+      modelopt_curve(config, phase,
+                     std::string(to_string(phase)) +
+                         " has no table of its own, so export would read the block: fix it, or "
+                         "give the phase a table");
   if (curve && curve->target_sparsity) {
     return modelopt_choice(phase, *curve, *curve->target_sparsity, "checkpoint target");
   }
@@ -256,13 +265,10 @@ ResolvedPhase resolve_phase(Phase phase, const PhaseFlags& flags, const Checkpoi
   }
   if (asked_sparsity) {
     // Tiers first; a checkpoint without any reads ModelOpt's curve at the asked sparsity.
-    if (checkpoint.tiers.empty() && config.modelopt && config.modelopt->error) {
-      throw std::invalid_argument(*config.modelopt->error + " (asked for by " + asked_by + ")");
-    }
-    const std::optional<ModelOptPhase>& curve =
-        config.modelopt ? config.modelopt->phases[phase] : std::nullopt;
-    if (checkpoint.tiers.empty() && curve) {
-      return modelopt_choice(phase, *curve, *asked_sparsity, "flag " + asked_by);
+    if (checkpoint.tiers.empty()) {
+      if (const auto curve = modelopt_curve(config, phase, "asked for by " + asked_by)) {
+        return modelopt_choice(phase, *curve, *asked_sparsity, "flag " + asked_by);
+      }
     }
     const Tier& tier = tier_or_throw(checkpoint, *asked_sparsity, asked_by, phase);
     return {Threshold::table(tier.table),

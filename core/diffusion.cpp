@@ -95,12 +95,7 @@ Threshold requested_threshold(const DiffusionRequest& request,
     }
   }
   if (!request.target_sparsity) return Threshold::dense();
-  const double s = *request.target_sparsity;
-  if (!(s >= 0.0 && s <= 1.0)) {
-    std::ostringstream msg;
-    msg << "target_sparsity " << s << " is outside [0, 1]";
-    throw std::invalid_argument(msg.str());
-  }
+  const double s = *request.target_sparsity;  // in [0, 1]: check_request
   if (!calibration) {
     throw std::invalid_argument(
         "target_sparsity needs the checkpoint's calibration (" + std::string(kBlockKey) +

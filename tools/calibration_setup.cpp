@@ -20,13 +20,18 @@ namespace fs = std::filesystem;
 
 }  // namespace
 
-fs::path find_gguf(const fs::path& dir) {
+std::vector<fs::path> gguf_files(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) fail("--model-dir " + dir.string() + ": no such directory");
   std::vector<fs::path> found;
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     if (e.is_regular_file() && e.path().extension() == ".gguf") found.push_back(e.path());
   }
+  return found;
+}
+
+fs::path find_gguf(const fs::path& dir) {
+  const std::vector<fs::path> found = gguf_files(dir);
   if (found.empty()) fail("--model-dir " + dir.string() + ": no .gguf model file in it");
   if (found.size() > 1) {
     std::string names;

@@ -27,6 +27,8 @@ void add_pass_flags(CLI::App& sub, PassFlags& flags);
 void check_pass_flags(const PassFlags& flags);
 std::filesystem::path corpus_dir(const PassFlags& flags);
 
+// The *.gguf files of a checkpoint directory (fails when it is no directory).
+std::vector<std::filesystem::path> gguf_files(const std::filesystem::path& dir);
 // The checkpoint's GGUF file: the only *.gguf in the directory.
 std::filesystem::path find_gguf(const std::filesystem::path& dir);
 

@@ -157,6 +157,15 @@ void check_outputs(const CalibrateArgs& a, const CalibrationSettings& s,
   }
 }
 
+// Every check before work against the model's geometry, and the kernels' tiles for it.
+void prepare(const CalibrateArgs& a, CalibrationSettings& s, const ModelConfig& model,
+             const fs::path& model_dir) {
+  check_context(s, model);
+  check_outputs(a, s, model_dir);
+  s.prefill_tiles = prefill_vote_tiles(model.head_dim, KvOrder::kSinkThenReverse);
+  s.decode_tile_k = decode_tile_k(model.head_dim);
+}
+
 void calibrate_and_write(const CalibrateArgs& a, CalibrationSettings& s, const ModelConfig& model,
                          const PromptFn& prompts, CaptureSource& source,
                          const std::string& q_from) {
@@ -173,15 +182,6 @@ void calibrate_and_write(const CalibrateArgs& a, CalibrationSettings& s, const M
   std::cout << calibration_summary(s, result);
   std::cout << (a.dry_run ? "dry run: nothing written\n"
                           : "wrote " + (model_dir / kConfigFileName).string() + "\n");
-}
-
-bool holds_gguf(const fs::path& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) fail("--model-dir " + dir.string() + ": no such directory");
-  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
-    if (e.is_regular_file() && e.path().extension() == ".gguf") return true;
-  }
-  return false;
 }
 
 // A checkpoint without a GGUF (a Hugging Face model): its attention geometry from config.json,
@@ -201,10 +201,7 @@ void run_from_captures(const CalibrateArgs& a, CalibrationSettings& s, const fs:
     fail("--model-dir " + model_dir.string() + ": neither a .gguf nor a config.json in it");
   }
   const ModelConfig model = read_hf_attention_config(read_json_text(config), config.string());
-  check_context(s, model);
-  check_outputs(a, s, model_dir);
-  s.prefill_tiles = prefill_vote_tiles(model.head_dim, KvOrder::kSinkThenReverse);
-  s.decode_tile_k = decode_tile_k(model.head_dim);
+  prepare(a, s, model, model_dir);
   const std::unique_ptr<CaptureSource> source =
       npy_directory_source(a.pass.captures_dir, model, "");
   const PromptFn prompts = captured_prompt_set(source->prompts());
@@ -217,17 +214,14 @@ void run_from_captures(const CalibrateArgs& a, CalibrationSettings& s, const fs:
 void run_calibrate(const CalibrateArgs& a) {
   CalibrationSettings s = parse_settings(a);
   const fs::path model_dir(a.model_dir);
-  if (!holds_gguf(model_dir)) {
+  if (gguf_files(model_dir).empty()) {
     run_from_captures(a, s, model_dir);
     return;
   }
   const fs::path gguf_path = find_gguf(model_dir);
   const gguf::File file = gguf::File::open(gguf_path);
   const ModelConfig model = read_model_config(file);
-  check_context(s, model);
-  check_outputs(a, s, model_dir);
-  s.prefill_tiles = prefill_vote_tiles(model.head_dim, KvOrder::kSinkThenReverse);
-  s.decode_tile_k = decode_tile_k(model.head_dim);
+  prepare(a, s, model, model_dir);
 
   RulerCorpus corpus(corpus_dir(a.pass), CorpusSplit::kCalibration, model_tokenizer(file));
   if (!a.write_samples.empty()) {
